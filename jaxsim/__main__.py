@@ -1,0 +1,3 @@
+from jaxsim.cli.main import main
+
+main()

@@ -1,0 +1,51 @@
+"""Shared CLI plumbing: one-line errors with exit code 2, no tracebacks for user mistakes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import typer
+
+from jaxsim.errors import JaxsimError
+
+EXIT_INVALID = 2
+
+
+def fail(message: str) -> "typer.Exit":
+    """Print a one-line error to stderr and exit 2."""
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(EXIT_INVALID)
+
+
+def guarded(fn):
+    """Turn user errors (bad files, bad values) into one-line messages with exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (JaxsimError, FileNotFoundError, IsADirectoryError, PermissionError, ValueError, KeyError) as exc:
+            text = str(exc) if not isinstance(exc, KeyError) else f"missing key {exc}"
+            if isinstance(exc, OSError) and getattr(exc, "filename", None):
+                text = f"{exc.filename}: {exc.strerror}"
+            fail(text)
+
+    return wrapper
+
+
+def refuse_overwrite(path: Path, force: bool) -> None:
+    """Never overwrite a user's file unless --force."""
+    if path.exists() and not force:
+        fail(f"{path}: exists; pass --force to overwrite")
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

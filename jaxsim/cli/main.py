@@ -1,0 +1,42 @@
+"""The ``jaxsim`` command line: thin orchestration over the library (no latency math here)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import typer
+
+import jaxsim
+
+app = typer.Typer(
+    name="jaxsim",
+    help="Evaluate LLM-serving deployments from measured forward-pass profiles (FPM) with JAX.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each command module exposes ``register(app)``; one module per command group.
+COMMAND_MODULES = ("cmd_round", "cmd_profiles", "cmd_import", "cmd_validate", "cmd_capacity", "cmd_sweep", "cmd_replay", "cmd_plot")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"jaxsim {jaxsim.__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """jaxsim: measured forward-pass profiles → round timings, capacity, sweeps and replays."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"jaxsim.cli.{_name}").register(app)
+
+
+def main() -> None:
+    app()

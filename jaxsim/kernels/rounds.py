@@ -1,0 +1,247 @@
+"""Compiled round timings: one forward pass (engine iteration) per query.
+
+Functions here are written for ONE query and are pure functions of arrays; vmap them at the call site
+(``jax.vmap(decode_latency_ms, in_axes=(None, 0, 0))``) and jit the result. Every function returns
+``(latency_ms, status)``; an unsupported query has ``latency_ms = nan`` and a status code ≥ 16
+(see :mod:`jaxsim.kernels.status`). Nothing is extrapolated.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float64, Int32, Int64
+
+from jaxsim.kernels import status as st
+from jaxsim.kernels.support import DecodeSupport, PrefillSupport, _bucket, compile_decode, compile_prefill
+
+_I64_MAX = np.iinfo(np.int64).max
+_CODE_SHIFT = 24
+_LO_MASK = 0xFFF
+
+
+def _pad(a: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
+    out = np.full(shape, fill, dtype=a.dtype)
+    out[tuple(slice(0, n) for n in a.shape)] = a
+    return out
+
+
+class RoundTable(eqx.Module):
+    """A measured cell compiled into padded lookup arrays (one pytree per deployment).
+
+    Sizes are bucketed to powers of two, so tables of similar size share one compilation.
+    """
+
+    kv_grid: Int64[Array, " M"]
+    n_kv: Int32[Array, ""]
+    row_of_batch: Int32[Array, " B"]
+    packed: Int32[Array, "U P"]
+    curve_batch: Int64[Array, " C"]
+    seg_x: Int64[Array, "C M"]
+    seg_y: Float64[Array, "C M"]
+    seg_slope: Float64[Array, "C M"]
+    curve_base_ms: Float64[Array, " C"]
+    pre_batch_index: Int32[Array, " Bp"]
+    pre_tok_grid: Int64[Array, "NB Pt"]
+    pre_n_tok: Int32[Array, " NB"]
+    pre_kv_grid: Int64[Array, "NB Pk"]
+    pre_n_kv: Int32[Array, " NB"]
+    pre_coef: Float64[Array, "NB Qt Qk 4"]
+    pre_code: Int32[Array, "NB Qt Qk"]
+    speculative: bool = eqx.field(static=True)
+    num_draft_tokens: int = eqx.field(static=True)
+
+    @property
+    def max_decode_kv(self) -> int:
+        """Largest measured decode total KV (the reference's fpm_decode_kv_ceiling)."""
+        return int(np.asarray(self.kv_grid)[int(self.n_kv) - 1])
+
+
+def compile_round_table(cell, *, speculative: bool = False, num_draft_tokens: int = 0) -> RoundTable:
+    """Compile a selected cell (``CellRows``-like: decode_* and prefill_* arrays) for the kernels."""
+    dec = compile_decode(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms)
+    pre = compile_prefill(cell.prefill_batch, cell.prefill_tokens, cell.prefill_kv, cell.prefill_latency_ms)
+    return _assemble(dec, pre, speculative=speculative, num_draft_tokens=num_draft_tokens)
+
+
+def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num_draft_tokens: int) -> RoundTable:
+    m = _bucket(dec.kv_grid.size)
+    c = _bucket(dec.curve_batch.size, 4)
+    u = _bucket(dec.packed.shape[0], 4)
+    b = _bucket(dec.row_of_batch.size, 64)
+    nb = _bucket(pre.tok_grid.shape[0], 4)
+    pt = _bucket(pre.tok_grid.shape[1], 4)
+    pk = _bucket(pre.kv_grid.shape[1], 4)
+    bp = _bucket(pre.batch_index.size, 64)
+    unsupported = np.int32(st.BATCH_OUT_OF_RANGE << _CODE_SHIFT)
+    return RoundTable(
+        kv_grid=jnp.asarray(_pad(dec.kv_grid, (m,), _I64_MAX)),
+        n_kv=jnp.asarray(np.int32(dec.kv_grid.size)),
+        row_of_batch=jnp.asarray(_pad(dec.row_of_batch, (b,), 0)),
+        packed=jnp.asarray(_pad(dec.packed, (u, 2 * m - 1), unsupported)),
+        curve_batch=jnp.asarray(_pad(dec.curve_batch, (c,), 0)),
+        seg_x=jnp.asarray(_pad(dec.seg_x, (c, m), 0)),
+        seg_y=jnp.asarray(_pad(dec.seg_y, (c, m), 0.0)),
+        seg_slope=jnp.asarray(_pad(dec.seg_slope, (c, m), 0.0)),
+        curve_base_ms=jnp.asarray(_pad(dec.curve_base_ms, (c,), 0.0)),
+        pre_batch_index=jnp.asarray(_pad(pre.batch_index, (bp,), -1)),
+        pre_tok_grid=jnp.asarray(_pad(pre.tok_grid, (nb, pt), _I64_MAX)),
+        pre_n_tok=jnp.asarray(_pad(pre.n_tok, (nb,), 0)),
+        pre_kv_grid=jnp.asarray(_pad(pre.kv_grid, (nb, pk), _I64_MAX)),
+        pre_n_kv=jnp.asarray(_pad(pre.n_kv, (nb,), 0)),
+        pre_coef=jnp.asarray(_pad(pre.coef, (nb, 2 * pt - 1, 2 * pk - 1, 4), 0.0)),
+        pre_code=jnp.asarray(_pad(pre.code, (nb, 2 * pt - 1, 2 * pk - 1), st.PREFILL_NO_SUPPORT)),
+        speculative=bool(speculative),
+        num_draft_tokens=int(num_draft_tokens),
+    )
+
+
+def _piece(grid: Int64[Array, " M"], n: Int32[Array, ""], x: Int64[Array, ""]):
+    """Piece index of x on a sorted grid (even: on a point; odd: between points) and in-range flag."""
+    j = jnp.searchsorted(grid, x, side="right", method="scan_unrolled") - 1
+    jc = jnp.clip(j, 0, grid.shape[0] - 1)
+    on_point = grid[jc] == x
+    p = 2 * jc + jnp.where(on_point, 0, 1)
+    return jc, p, (j >= 0) & (p <= 2 * n - 2)
+
+
+def _decode_parts(t: RoundTable, batch: Int64[Array, ""], kv: Int64[Array, ""]):
+    batch = jnp.asarray(batch, jnp.int64)
+    kv = jnp.asarray(kv, jnp.int64)
+    jc, p, in_range = _piece(t.kv_grid, t.n_kv, kv)
+    b_ok = (batch >= 1) & (batch < t.row_of_batch.shape[0])
+    row = jnp.where(b_ok, t.row_of_batch[jnp.clip(batch, 0, t.row_of_batch.shape[0] - 1)], 0)
+    packed = t.packed[row, jnp.clip(p, 0, t.packed.shape[1] - 1)]
+    lo = packed & _LO_MASK
+    hi = (packed >> 12) & _LO_MASK
+    code = packed >> _CODE_SHIFT
+    code = jnp.where(in_range | (row == 0), code, st.KV_OUT_OF_RANGE)
+    code = jnp.where((batch < 0) | (kv < 0), st.INVALID_QUERY, code)
+    w = (batch - t.curve_batch[lo]) / jnp.maximum(t.curve_batch[hi] - t.curve_batch[lo], 1)
+    w = jnp.where(hi == lo, 0.0, w)
+    return jc, lo, hi, w, code
+
+
+def _curve_at(t: RoundTable, curve, jc, kv):
+    return t.seg_y[curve, jc] + t.seg_slope[curve, jc] * (kv - t.seg_x[curve, jc])
+
+
+def decode_latency_ms(
+    t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: Int64[Array, ""]
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """One decode iteration (or one measured speculative round) of ``batch`` requests.
+
+    ``total_kv_tokens`` is the sum of the requests' past KV. For a speculative-round table this is the
+    whole draft+verify round: the batch is never multiplied by K+1 and no draft cost is added.
+    """
+    jc, lo, hi, w, code = _decode_parts(t, batch, total_kv_tokens)
+    l_lo = _curve_at(t, lo, jc, total_kv_tokens)
+    l_hi = _curve_at(t, hi, jc, total_kv_tokens)
+    lat = l_lo + (l_hi - l_lo) * w
+    ok = code < st.FIRST_UNSUPPORTED
+    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+
+
+def decode_baseline_ms(t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: Int64[Array, ""]) -> Float64[Array, ""]:
+    """Lowest-KV decode latency at ``batch``, bracketed like the decode query (mixed composition)."""
+    _, lo, hi, w, code = _decode_parts(t, batch, total_kv_tokens)
+    b_lo, b_hi = t.curve_base_ms[lo], t.curve_base_ms[hi]
+    base = b_lo + (b_hi - b_lo) * w
+    return jnp.where(code < st.FIRST_UNSUPPORTED, base, jnp.nan)
+
+
+def prefill_latency_ms(
+    t: RoundTable, batch: Int64[Array, ""], prefill_tokens: Int64[Array, ""], kv_read_tokens: Int64[Array, ""]
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """One prefill iteration of ``batch`` requests computing ``prefill_tokens`` new tokens in total and
+    reading ``kv_read_tokens`` cached tokens. Same measured batch only; token-first then KV-first."""
+    batch = jnp.asarray(batch, jnp.int64)
+    tok = jnp.asarray(prefill_tokens, jnp.int64)
+    kv = jnp.asarray(kv_read_tokens, jnp.int64)
+    nbp = t.pre_batch_index.shape[0]
+    bi = jnp.where((batch >= 0) & (batch < nbp), t.pre_batch_index[jnp.clip(batch, 0, nbp - 1)], -1)
+    bic = jnp.clip(bi, 0, t.pre_tok_grid.shape[0] - 1)
+    jt, pt, t_in = _piece(t.pre_tok_grid[bic], t.pre_n_tok[bic], tok)
+    jk, pk, k_in = _piece(t.pre_kv_grid[bic], t.pre_n_kv[bic], kv)
+    pt = jnp.clip(pt, 0, t.pre_coef.shape[1] - 1)
+    pk = jnp.clip(pk, 0, t.pre_coef.shape[2] - 1)
+    c = t.pre_coef[bic, pt, pk]
+    dt = (tok - t.pre_tok_grid[bic, jt]).astype(jnp.float64)
+    dk = (kv - t.pre_kv_grid[bic, jk]).astype(jnp.float64)
+    lat = c[0] + c[1] * dt + c[2] * dk + c[3] * dt * dk
+    code = jnp.where(t_in & k_in, t.pre_code[bic, pt, pk], st.PREFILL_NO_SUPPORT)
+    code = jnp.where(bi < 0, st.PREFILL_BATCH_UNMEASURED, code)
+    code = jnp.where((batch < 0) | (tok < 0) | (kv < 0), st.INVALID_QUERY, code)
+    ok = code < st.FIRST_UNSUPPORTED
+    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+
+
+def mixed_latency_ms(
+    t: RoundTable,
+    num_prefill_requests: Int64[Array, ""],
+    prefill_tokens: Int64[Array, ""],
+    prefill_kv_tokens: Int64[Array, ""],
+    num_decode_requests: Int64[Array, ""],
+    decode_kv_tokens: Int64[Array, ""],
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """A ForwardPassMetrics iteration: prefill + decode − decode's lowest-KV baseline.
+
+    Pure decode or pure prefill work reduces to that lookup; empty work costs 0 ms. A measured
+    speculative round has no qualified mixed composition and is refused.
+    """
+    has_p = num_prefill_requests > 0
+    has_d = num_decode_requests > 0
+    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
+    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
+    base = decode_baseline_ms(t, num_decode_requests, decode_kv_tokens)
+    both = has_p & has_d
+    lat = jnp.where(both, lp + ld - base, jnp.where(has_p, lp, jnp.where(has_d, ld, 0.0)))
+    code = jnp.where(
+        both,
+        jnp.where(cp >= st.FIRST_UNSUPPORTED, cp, jnp.where(cd >= st.FIRST_UNSUPPORTED, cd, st.COMPOSED)),
+        jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY)),
+    )
+    bad = (num_prefill_requests < 0) | (num_decode_requests < 0) | ((num_prefill_requests == 0) & (prefill_tokens != 0))
+    code = jnp.where(bad, st.INVALID_QUERY, code)
+    if t.speculative:
+        code = jnp.where(both, st.SD_MIXED_REFUSED, code)
+    ok = code < st.FIRST_UNSUPPORTED
+    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+
+
+def scheduler_pass_latency_ms(
+    t: RoundTable,
+    num_prefill_requests: Int64[Array, ""],
+    prefill_tokens: Int64[Array, ""],
+    prefill_kv_tokens: Int64[Array, ""],
+    num_decode_requests: Int64[Array, ""],
+    decode_kv_tokens: Int64[Array, ""],
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """Cost of one replay scheduler pass.
+
+    Speculative-round tables price prefill chunks and the decode round as two independent lookups,
+    summed; autoregressive tables use the mixed-iteration composition.
+    """
+    if not t.speculative:
+        return mixed_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
+    has_p = num_prefill_requests > 0
+    has_d = num_decode_requests > 0
+    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
+    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
+    lat = jnp.where(has_p, lp, 0.0) + jnp.where(has_d, ld, 0.0)
+    code = jnp.where(
+        has_p & (cp >= st.FIRST_UNSUPPORTED),
+        cp,
+        jnp.where(has_d & (cd >= st.FIRST_UNSUPPORTED), cd, jnp.where(has_p & has_d, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY)))),
+    )
+    ok = code < st.FIRST_UNSUPPORTED
+    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+
+
+# Batched, jitted entry points: the table is an argument, so a new table of the same bucket shapes
+# reuses the compiled executable.
+decode_batch = jax.jit(jax.vmap(decode_latency_ms, in_axes=(None, 0, 0)))
+prefill_batch = jax.jit(jax.vmap(prefill_latency_ms, in_axes=(None, 0, 0, 0)))
+mixed_batch = jax.jit(jax.vmap(mixed_latency_ms, in_axes=(None, 0, 0, 0, 0, 0)))

@@ -1,0 +1,348 @@
+"""Host-side compilation of a measured cell into flat lookup arrays.
+
+All interpolation decisions (which curves bracket a query, whether support exists, why not) are made
+here once per table, in plain numpy. A compiled query is then one search plus a few gathers and lerps.
+
+Decode (batch b, total past KV k), per the reference's direct interpolation:
+  * the KV axis is cut at every measured KV value into pieces: the points themselves and the open
+    intervals between them; inside one piece the set of curves covering k is constant;
+  * for every integer batch up to the largest measured one and every piece we record the curve pair
+    (lo, hi) and a status; a curve is evaluated by its own bracketing points at the same total KV;
+  * rows for batches sharing the same decisions are deduplicated.
+Prefill (b, tokens t, KV read k): same measured batch only; each batch's token x KV grid is cut into
+pieces and each piece stores the bilinear coefficients of its token-first (else KV-first) path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from jaxsim.kernels import status as st
+
+_LO_BITS = 12
+_MAX_CURVES = (1 << _LO_BITS) - 1
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+    """Round a size up to a power of two so similar tables share one compilation."""
+    n = max(int(n), minimum)
+    return 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class DecodeSupport:
+    """Flat decode lookup arrays (numpy, unpadded sizes in ``n_*``)."""
+
+    kv_grid: np.ndarray  # int64 [M]
+    row_of_batch: np.ndarray  # int32 [Bmax+1]; row 0 = all unsupported
+    packed: np.ndarray  # int32 [U, 2M-1]: lo | hi << 12 | code << 24
+    curve_batch: np.ndarray  # int64 [C]
+    seg_x: np.ndarray  # int64 [C, M]   curve's own left point for global interval j
+    seg_y: np.ndarray  # float64 [C, M]
+    seg_slope: np.ndarray  # float64 [C, M]  ms per KV token
+    curve_base_ms: np.ndarray  # float64 [C]  lowest-KV latency of each curve
+
+
+@dataclass(frozen=True)
+class PrefillSupport:
+    batch_index: np.ndarray  # int32 [Bp+1]; -1 = unmeasured
+    tok_grid: np.ndarray  # int64 [NB, Pt] padded with int64 max
+    n_tok: np.ndarray  # int32 [NB]
+    kv_grid: np.ndarray  # int64 [NB, Pk]
+    n_kv: np.ndarray  # int32 [NB]
+    coef: np.ndarray  # float64 [NB, 2Pt-1, 2Pk-1, 4]: c0, d/dt, d/dk, d2/dtdk
+    code: np.ndarray  # int32 [NB, 2Pt-1, 2Pk-1]
+
+
+def _log2_table(n: int) -> np.ndarray:
+    out = np.full(n + 1, -np.inf)
+    for i in range(1, n + 1):
+        out[i] = math.log2(i)
+    return out
+
+
+def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) -> DecodeSupport:
+    """Compile decode rows (one per measured point) into flat lookup arrays."""
+    batch = np.asarray(batch, dtype=np.int64)
+    kv = np.asarray(kv, dtype=np.int64)
+    lat = np.asarray(latency_ms, dtype=np.float64)
+    if batch.size == 0:
+        return DecodeSupport(
+            kv_grid=np.zeros(1, np.int64),
+            row_of_batch=np.zeros(1, np.int32),
+            packed=np.full((1, 1), st.BATCH_OUT_OF_RANGE << 24, np.int32),
+            curve_batch=np.zeros(1, np.int64),
+            seg_x=np.zeros((1, 1), np.int64),
+            seg_y=np.zeros((1, 1)),
+            seg_slope=np.zeros((1, 1)),
+            curve_base_ms=np.zeros(1),
+        )
+    order = np.lexsort((kv, batch))
+    batch, kv, lat = batch[order], kv[order], lat[order]
+    curves, starts = np.unique(batch, return_index=True)
+    n_curves = curves.size
+    if n_curves > _MAX_CURVES:
+        raise ValueError(f"decode table has {n_curves} batch curves; at most {_MAX_CURVES} supported")
+    ends = np.append(starts[1:], batch.size)
+    grid = np.unique(kv)
+    m = grid.size
+    n_pieces = 2 * m - 1
+
+    seg_x = np.zeros((n_curves, m), np.int64)
+    seg_y = np.zeros((n_curves, m))
+    seg_s = np.zeros((n_curves, m))
+    cov = np.zeros((n_curves, n_pieces), bool)
+    base = np.zeros(n_curves)
+    # piece p: even → point grid[p//2]; odd → open interval (grid[p//2], grid[p//2+1])
+    p_left = grid[np.arange(n_pieces) // 2]
+    p_right = np.where(np.arange(n_pieces) % 2 == 1, grid[np.minimum(np.arange(n_pieces) // 2 + 1, m - 1)], p_left)
+    for c in range(n_curves):
+        xs, ys = kv[starts[c] : ends[c]], lat[starts[c] : ends[c]]
+        base[c] = ys[0]
+        cov[c] = (p_left >= xs[0]) & (p_right <= xs[-1])
+        a = np.searchsorted(xs, grid, side="right") - 1
+        ok = (a >= 0) & (grid <= xs[-1])
+        a = np.clip(a, 0, xs.size - 1)
+        nxt = np.minimum(a + 1, xs.size - 1)
+        dx = (xs[nxt] - xs[a]).astype(np.float64)
+        slope = np.where(dx > 0, (ys[nxt] - ys[a]) / np.where(dx > 0, dx, 1.0), 0.0)
+        seg_x[c] = np.where(ok, xs[a], 0)
+        seg_y[c] = np.where(ok, ys[a], 0.0)
+        seg_s[c] = np.where(ok, slope, 0.0)
+
+    # regimes: runs of measured batches separated by +1 steps
+    regime = np.concatenate([[0], np.cumsum(np.diff(curves) == 1)])
+    reg_first = np.zeros(n_curves, np.int64)
+    reg_last = np.zeros(n_curves, np.int64)
+    for r in np.unique(regime):
+        idx = np.nonzero(regime == r)[0]
+        reg_first[idx], reg_last[idx] = idx[0], idx[-1]
+
+    # last covering index ≤ i and first covering index ≥ i, per piece; cumulative counts
+    idx_col = np.arange(n_curves)[:, None]
+    last_cov = np.maximum.accumulate(np.where(cov, idx_col, -1), axis=0)
+    first_cov = np.minimum.accumulate(np.where(cov, idx_col, n_curves)[::-1], axis=0)[::-1]
+    count_le = np.cumsum(cov, axis=0)  # number covering among curves[0..i]
+    cov_list = np.full((n_pieces, n_curves + 1), -1, np.int64)
+    for p in range(n_pieces):
+        w = np.nonzero(cov[:, p])[0]
+        cov_list[p, : w.size] = w
+    pieces = np.arange(n_pieces)
+
+    b_max = int(curves[-1])
+    log2 = _log2_table(b_max)
+    curve_log2 = log2[curves]
+    rows: dict[bytes, int] = {}
+    row_tables = [np.full(n_pieces, st.BATCH_OUT_OF_RANGE << 24, np.int32)]
+    rows[row_tables[0].tobytes()] = 0
+    row_of_batch = np.zeros(b_max + 1, np.int32)
+    for b in range(1, b_max + 1):
+        own = int(np.searchsorted(curves, b))
+        measured = own < n_curves and curves[own] == b
+        below = own - 1  # largest curve index with batch < b
+        above = own + 1 if measured else own  # smallest curve index with batch > b
+        code = np.full(n_pieces, st.BATCH_OUT_OF_RANGE, np.int64)
+        lo = np.zeros(n_pieces, np.int64)
+        hi = np.zeros(n_pieces, np.int64)
+        if measured or (below >= 0 and above < n_curves):
+            lb = log2[b]
+            reg = own if measured else below
+            r0, r1 = reg_first[reg], reg_last[reg]
+            none = np.full(n_pieces, -1, np.int64)
+            cand_lo = last_cov[below] if below >= 0 else none
+            cand_hi = first_cov[above] if above < n_curves else np.full(n_pieces, n_curves)
+            lo_c = np.clip(cand_lo, 0, n_curves - 1)
+            hi_c = np.clip(cand_hi, 0, n_curves - 1)
+            d_lo = lb - curve_log2[lo_c]
+            d_hi = curve_log2[hi_c] - lb
+            # the 4th covering batch on each side (same regime), for the 4-nearest rule
+            k4 = (count_le[below] if below >= 0 else np.zeros(n_pieces, np.int64)) - 4
+            c4_lo = np.where(k4 >= 0, cov_list[pieces, np.clip(k4, 0, None)], -1)
+            n_before = count_le[above - 1] if above >= 1 else np.zeros(n_pieces, np.int64)
+            c4_hi = cov_list[pieces, np.clip(n_before + 3, 0, n_curves)] if above < n_curves else none
+            c4_lo_ok = (c4_lo >= 0) & (c4_lo >= r0)
+            c4_hi_ok = (c4_hi >= 0) & (c4_hi <= r1)
+            d4_lo = lb - curve_log2[np.clip(c4_lo, 0, n_curves - 1)]
+            d4_hi = curve_log2[np.clip(c4_hi, 0, n_curves - 1)] - lb
+            not_nearest = (c4_lo_ok & (d4_lo < d_hi)) | (c4_hi_ok & (d4_hi < d_lo))
+            code = np.select(
+                [cand_lo < 0, cand_lo < r0, cand_hi >= n_curves, cand_hi > r1, (d_lo > 2.0) | (d_hi > 2.0), not_nearest],
+                [st.NO_LOWER_BRACKET, st.REGIME_LOWER, st.NO_UPPER_BRACKET, st.REGIME_UPPER, st.BATCH_RATIO, st.NOT_NEAREST],
+                st.CROSS_BATCH,
+            )
+            lo, hi = lo_c, hi_c
+            if measured:
+                own_cov = cov[own]
+                exact = own_cov & (pieces % 2 == 0) & np.isin(p_left, kv[starts[own] : ends[own]])
+                code = np.where(own_cov, np.where(exact, st.EXACT, st.WITHIN_CURVE), code)
+                lo = np.where(own_cov, own, lo)
+                hi = np.where(own_cov, own, hi)
+        # pieces no curve covers at all
+        code = np.where(~cov.any(axis=0), st.KV_OUT_OF_RANGE, code)
+        supported = code < st.FIRST_UNSUPPORTED
+        lo = np.where(supported, lo, 0)
+        hi = np.where(supported, hi, 0)
+        packed = (lo | (hi << _LO_BITS) | (code << 24)).astype(np.int32)
+        key = packed.tobytes()
+        if key not in rows:
+            rows[key] = len(row_tables)
+            row_tables.append(packed)
+        row_of_batch[b] = rows[key]
+    return DecodeSupport(
+        kv_grid=grid,
+        row_of_batch=row_of_batch,
+        packed=np.stack(row_tables),
+        curve_batch=curves,
+        seg_x=seg_x,
+        seg_y=seg_y,
+        seg_slope=seg_s,
+        curve_base_ms=base,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# prefill
+
+
+def _curve_eval(xs: np.ndarray, ys: np.ndarray, x: float) -> float | None:
+    """Linear interpolation inside [xs[0], xs[-1]]; None outside."""
+    if x < xs[0] or x > xs[-1]:
+        return None
+    i = int(np.searchsorted(xs, x, side="right")) - 1
+    if xs[i] == x:
+        return float(ys[i])
+    return float(ys[i] + (ys[i + 1] - ys[i]) * ((x - xs[i]) / (xs[i + 1] - xs[i])))
+
+
+def _prefill_path(levels: dict[int, tuple[np.ndarray, np.ndarray]], q_major: int, q_minor: int):
+    """Pick the interpolation path along the minor axis first; None when unsupported.
+
+    ``levels`` maps a major-axis value to the (minor coords, latencies) measured at it. Returns a list of
+    (major_value, weight_fn) pairs as a closure ``f(major, minor) -> latency``.
+    """
+    covers = {m: (xs[0] <= q_minor <= xs[-1]) for m, (xs, _) in levels.items()}
+    if q_major in levels and covers[q_major]:
+        xs, ys = levels[q_major]
+
+        def one(major: float, minor: float) -> float:
+            return _curve_eval(xs, ys, minor)
+
+        exact = bool(np.any(xs == q_minor))
+        return one, ("exact" if exact else "1d"), 1
+    below = [m for m in levels if m < q_major and covers[m]]
+    above = [m for m in levels if m > q_major and covers[m]]
+    if not below or not above:
+        return None
+    m0, m1 = max(below), min(above)
+    (x0, y0), (x1, y1) = levels[m0], levels[m1]
+
+    def two(major: float, minor: float) -> float:
+        l0 = _curve_eval(x0, y0, minor)
+        l1 = _curve_eval(x1, y1, minor)
+        return l0 + (l1 - l0) * ((major - m0) / (m1 - m0))
+
+    return two, "2d", 2
+
+
+def _prefill_batch(tok: np.ndarray, kv: np.ndarray, lat: np.ndarray):
+    """Compile one measured prefill batch: grids, bilinear coefficients and codes per piece."""
+    tgrid, kgrid = np.unique(tok), np.unique(kv)
+    by_kv: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    by_tok: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for k in kgrid:
+        m = kv == k
+        o = np.argsort(tok[m])
+        by_kv[int(k)] = (tok[m][o].astype(np.float64), lat[m][o])
+    for t in tgrid:
+        m = tok == t
+        o = np.argsort(kv[m])
+        by_tok[int(t)] = (kv[m][o].astype(np.float64), lat[m][o])
+    pt_n, pk_n = 2 * tgrid.size - 1, 2 * kgrid.size - 1
+    coef = np.zeros((pt_n, pk_n, 4))
+    code = np.full((pt_n, pk_n), st.PREFILL_NO_SUPPORT, np.int64)
+
+    def piece_range(grid: np.ndarray, p: int) -> tuple[float, float, float]:
+        a = float(grid[p // 2])
+        if p % 2 == 0:
+            return a, a, a
+        b = float(grid[p // 2 + 1])
+        return a, b, 0.5 * (a + b)
+
+    for pt in range(pt_n):
+        t0, t1, tm = piece_range(tgrid, pt)
+        for pk in range(pk_n):
+            k0, k1, km = piece_range(kgrid, pk)
+            path = _prefill_path(by_kv, km, tm)
+            if path is not None:
+                fn, kind, _ = path
+
+                def f(t: float, k: float, fn=fn) -> float:
+                    return fn(k, t)
+
+                c = st.EXACT if kind == "exact" else (st.WITHIN_CURVE if kind == "1d" else st.CROSS_KV)
+            else:
+                path = _prefill_path(by_tok, tm, km)
+                if path is None:
+                    continue
+                fn, kind, _ = path
+
+                def f(t: float, k: float, fn=fn) -> float:
+                    return fn(t, k)
+
+                c = st.EXACT if kind == "exact" else st.KV_FIRST
+                if kind == "1d":
+                    # a measured token level swept along KV: the reference labels this token-first
+                    c = st.CROSS_KV
+            f00 = f(t0, k0)
+            dt = (f(t1, k0) - f00) / (t1 - t0) if t1 > t0 else 0.0
+            dk = (f(t0, k1) - f00) / (k1 - k0) if k1 > k0 else 0.0
+            dtk = (f(t1, k1) - f(t1, k0) - f(t0, k1) + f00) / ((t1 - t0) * (k1 - k0)) if (t1 > t0 and k1 > k0) else 0.0
+            coef[pt, pk] = (f00, dt, dk, dtk)
+            code[pt, pk] = c
+    return tgrid, kgrid, coef, code
+
+
+def compile_prefill(batch: np.ndarray, tokens: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) -> PrefillSupport:
+    batch = np.asarray(batch, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    kv = np.asarray(kv, dtype=np.int64)
+    lat = np.asarray(latency_ms, dtype=np.float64)
+    sentinel = np.iinfo(np.int64).max
+    batches = np.unique(batch)
+    if batches.size == 0:
+        return PrefillSupport(
+            batch_index=np.full(1, -1, np.int32),
+            tok_grid=np.full((1, 1), sentinel, np.int64),
+            n_tok=np.zeros(1, np.int32),
+            kv_grid=np.full((1, 1), sentinel, np.int64),
+            n_kv=np.zeros(1, np.int32),
+            coef=np.zeros((1, 1, 1, 4)),
+            code=np.full((1, 1, 1), st.PREFILL_BATCH_UNMEASURED, np.int32),
+        )
+    parts = [_prefill_batch(tokens[batch == b], kv[batch == b], lat[batch == b]) for b in batches]
+    pt = max(p[0].size for p in parts)
+    pk = max(p[1].size for p in parts)
+    nb = batches.size
+    tok_grid = np.full((nb, pt), sentinel, np.int64)
+    kv_grid = np.full((nb, pk), sentinel, np.int64)
+    coef = np.zeros((nb, 2 * pt - 1, 2 * pk - 1, 4))
+    code = np.full((nb, 2 * pt - 1, 2 * pk - 1), st.PREFILL_NO_SUPPORT, np.int32)
+    for i, (tg, kg, cf, cd) in enumerate(parts):
+        tok_grid[i, : tg.size] = tg
+        kv_grid[i, : kg.size] = kg
+        coef[i, : cf.shape[0], : cf.shape[1]] = cf
+        code[i, : cd.shape[0], : cd.shape[1]] = cd
+    batch_index = np.full(int(batches[-1]) + 1, -1, np.int32)
+    batch_index[batches] = np.arange(nb, dtype=np.int32)
+    return PrefillSupport(
+        batch_index=batch_index,
+        tok_grid=tok_grid,
+        n_tok=np.array([p[0].size for p in parts], np.int32),
+        kv_grid=kv_grid,
+        n_kv=np.array([p[1].size for p in parts], np.int32),
+        coef=coef,
+        code=code,
+    )
