@@ -1,7 +1,62 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim round``: evaluate a file of forward-pass queries against one measured deployment."""
 
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
 import typer
+
+from jaxsim.cli.common import fail, guarded, refuse_overwrite
+from jaxsim.kernels import status as st
+
+ROUND_HELP = """Evaluate forward-pass (round) timings for every query row of a CSV/parquet file.
+
+Query columns: workload_kind (decode|prefill|mixed), batch_size, total_prefill_tokens,
+total_kv_read_tokens; mixed rows add num_decode_requests, total_decode_kv_tokens. The output repeats
+them and adds latency_ms (empty when unsupported: nothing is extrapolated) and status.
+
+Example:
+
+  jaxsim round qwen3-32b-bf16-b300 --tp 2 --queries q.csv --output out.csv
+"""
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    @app.command("round", help=ROUND_HELP)
+    @guarded
+    def round_cmd(
+        profile: str = typer.Argument(..., help="Profile directory (profile.json + FPM table) or bundled profile name."),
+        queries: Path = typer.Option(..., "--queries", "-q", help="Query file (.csv or .parquet)."),
+        output: Path = typer.Option(..., "--output", "-o", help="Result file (.csv or .parquet)."),
+        tp: Optional[int] = typer.Option(None, help="Tensor-parallel size of the deployment to use."),
+        dp: Optional[int] = typer.Option(None, help="Attention data-parallel size."),
+        moe_tp: Optional[int] = typer.Option(None, help="MoE tensor-parallel size."),
+        moe_ep: Optional[int] = typer.Option(None, help="MoE expert-parallel size."),
+        role: Optional[str] = typer.Option(None, help="Worker role: aggregated, prefill or decode."),
+        system: Optional[str] = typer.Option(None, help="System id (e.g. h200_sxm)."),
+        backend_version: Optional[str] = typer.Option(None, help="Literal backend version."),
+        force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
+        quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
+    ) -> None:
+        from jaxsim.queries import evaluate, read_queries, result_table, write_results
+        from jaxsim.rounds_api import load_round_table
+
+        refuse_overwrite(output, force)
+        if output.resolve() == queries.resolve():
+            fail(f"{output}: output would overwrite the query file")
+        t0 = time.perf_counter()
+        table, deployment = load_round_table(
+            profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version
+        )
+        q = read_queries(queries)
+        lat, code = evaluate(table, q)
+        write_results(output, result_table(q, lat, code))
+        if not quiet:
+            ok = int(np.sum(code < st.FIRST_UNSUPPORTED))
+            typer.echo(
+                f"{q.kind.size} queries on {deployment.describe()}: {ok} answered, {q.kind.size - ok} unsupported "
+                f"→ {output} ({time.perf_counter() - t0:.2f} s)"
+            )

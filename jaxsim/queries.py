@@ -1,0 +1,168 @@
+"""Round-timing query files: read, validate, evaluate with the compiled kernels, write.
+
+A query file (CSV or parquet) has columns ``workload_kind, batch_size, total_prefill_tokens,
+total_kv_read_tokens``; mixed rows (``workload_kind=mixed``) also carry ``num_decode_requests,
+total_decode_kv_tokens`` and use the first three counts for their prefill part. The output repeats
+the query columns and adds ``latency_ms`` (null when unsupported) and ``status``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from jaxsim.errors import QueryError
+from jaxsim.kernels import rounds
+from jaxsim.kernels import status as st
+from jaxsim.kernels.support import _bucket
+
+QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
+MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
+KINDS = ("decode", "prefill", "mixed")
+CHUNK = 1 << 18
+
+
+@dataclass(frozen=True)
+class QueryBatch:
+    """Validated queries as int64 arrays; ``kind`` indexes KINDS."""
+
+    table: pa.Table
+    kind: np.ndarray
+    batch: np.ndarray
+    prefill_tokens: np.ndarray
+    kv_read: np.ndarray
+    decode_requests: np.ndarray
+    decode_kv: np.ndarray
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.suffix.lower() in (".parquet", ".pq")
+
+
+def read_queries(path: str | Path) -> QueryBatch:
+    """Read and validate a query file; errors name the file, column and first bad row."""
+    path = Path(path)
+    if not path.is_file():
+        raise QueryError(f"{path}: query file not found")
+    try:
+        if _is_parquet(path):
+            table = pq.read_table(path)
+        else:
+            table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
+    missing = [c for c in QUERY_COLUMNS if c not in table.column_names]
+    if missing:
+        raise QueryError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(QUERY_COLUMNS)})")
+    kinds_col = table.column("workload_kind")
+    if not pa.types.is_string(kinds_col.type) and not pa.types.is_large_string(kinds_col.type):
+        raise QueryError(f"{path}: column workload_kind must hold text (decode|prefill|mixed)")
+    kind_idx = pc.index_in(kinds_col, value_set=pa.array(KINDS))
+    if kind_idx.null_count:
+        row = int(np.nonzero(kind_idx.is_null().to_numpy(zero_copy_only=False))[0][0])
+        raise QueryError(f"{path}: row {row + 1}: workload_kind={kinds_col[row].as_py()!r} must be decode, prefill or mixed")
+    kind = kind_idx.to_numpy(zero_copy_only=False).astype(np.int64)
+    n = table.num_rows
+    has_mixed = bool(np.any(kind == 2))
+
+    def ints(name: str, required: bool) -> np.ndarray:
+        if name not in table.column_names:
+            if required:
+                raise QueryError(f"{path}: mixed rows need column {name}")
+            return np.zeros(n, np.int64)
+        col = table.column(name)
+        if not pa.types.is_integer(col.type):
+            raise QueryError(f"{path}: column {name} must hold integers (found {col.type})")
+        if col.null_count:
+            null = col.is_null().to_numpy(zero_copy_only=False)
+            must = null & (kind == 2) if name in MIXED_COLUMNS else null
+            if must.any():
+                row = int(np.nonzero(must)[0][0])
+                raise QueryError(f"{path}: row {row + 1}: {name} is empty")
+            col = pc.fill_null(col, 0)
+        arr = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        neg = np.nonzero(arr < 0)[0]
+        if neg.size:
+            raise QueryError(f"{path}: row {int(neg[0]) + 1}: {name}={int(arr[neg[0]])} must be ≥ 0")
+        return arr
+
+    batch = ints("batch_size", True)
+    ptok = ints("total_prefill_tokens", True)
+    kvr = ints("total_kv_read_tokens", True)
+    nd = ints("num_decode_requests", has_mixed)
+    dkv = ints("total_decode_kv_tokens", has_mixed)
+    dec_with_prefill = np.nonzero((kind == 0) & (ptok != 0))[0]
+    if dec_with_prefill.size:
+        r = int(dec_with_prefill[0])
+        raise QueryError(f"{path}: row {r + 1}: decode rows have total_prefill_tokens = 0 (found {int(ptok[r])})")
+    return QueryBatch(table, kind, batch, ptok, kvr, nd, dkv)
+
+
+def _chunked(fn, table, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Run a batched kernel over fixed-size padded chunks (one compile per bucket)."""
+    n = cols[0].size
+    lat = np.empty(n)
+    code = np.empty(n, np.int32)
+    size = min(CHUNK, _bucket(n, 256))
+    for start in range(0, n, size):
+        stop = min(start + size, n)
+        part = [np.zeros(size, np.int64) for _ in cols]
+        for dst, src in zip(part, cols):
+            dst[: stop - start] = src[start:stop]
+        out_l, out_c = fn(table, *part)
+        lat[start:stop] = np.asarray(out_l)[: stop - start]
+        code[start:stop] = np.asarray(out_c)[: stop - start]
+    return lat, code
+
+
+def evaluate(table: rounds.RoundTable, q: QueryBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Latency (NaN where unsupported) and status code per query, from the compiled kernels."""
+    n = q.kind.size
+    lat = np.full(n, np.nan)
+    code = np.full(n, st.INVALID_QUERY, np.int32)
+    plans = (
+        (0, rounds.decode_batch, (q.batch, q.kv_read)),
+        (1, rounds.prefill_batch, (q.batch, q.prefill_tokens, q.kv_read)),
+        (2, rounds.mixed_batch, (q.batch, q.prefill_tokens, q.kv_read, q.decode_requests, q.decode_kv)),
+    )
+    for k, fn, cols in plans:
+        idx = np.nonzero(q.kind == k)[0]
+        if idx.size == 0:
+            continue
+        if idx.size == n:
+            lat, code = _chunked(fn, table, list(cols))
+        else:
+            lat[idx], code[idx] = _chunked(fn, table, [c[idx] for c in cols])
+    jax.block_until_ready(lat)
+    return lat, code
+
+
+def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray) -> pa.Table:
+    keep = [c for c in q.table.column_names if c not in ("latency_ms", "status")]
+    out = q.table.select(keep)
+    out = out.append_column("latency_ms", pa.array(lat, mask=np.isnan(lat)))
+    uniq, inv = np.unique(code, return_inverse=True)
+    labels = pa.array([st.name(int(c)) for c in uniq])
+    status = pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), labels)
+    return out.append_column("status", status)
+
+
+def write_results(path: str | Path, table: pa.Table) -> None:
+    """Write CSV or parquet (by extension) via a temporary file, then rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    if _is_parquet(path):
+        pq.write_table(table, tmp)
+    else:
+        status = table.column("status")
+        if pa.types.is_dictionary(status.type):
+            table = table.set_column(table.column_names.index("status"), "status", status.cast(pa.string()))
+        pacsv.write_csv(table, tmp)
+    tmp.replace(path)
