@@ -1,0 +1,401 @@
+"""KV-cache capacity: rank-local pool bytes → tokens → blocks → concurrency.
+
+Two layers, as everywhere in jaxsim:
+
+* plain-Python checks before dispatch (:func:`capacity_problems`): the equality checks of the reference
+  (requested memory fraction == recorded, scheduler envelope == recorded, no CUDA-graph reservation on a
+  runtime pool, context within bounds, GPU budget holds the pool) are exact float/int comparisons;
+* pure array functions, one per quantity, written for ONE pool and vmapped at the call site
+  (:func:`pool_capacity`, :data:`pool_capacity_batch`); results carry a status code.
+
+Runtime-memory linear pools (the only layout allowed for speculative rounds) use the recorded pool
+verbatim: tokens = ⌊kv_cache_bytes / kv_bytes_per_token⌋, blocks = ⌊tokens / block_size⌋. Nothing is
+subtracted for weights, draft models, draft KV or CUDA graphs, and the pool is never rescaled.
+Integer math is int64 throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float64, Int32, Int64
+
+from jaxsim.profile.model import DECLARED_BYTE_FIELDS, Resources
+
+MAX_GROUPS = 4
+
+OK = 0
+DOES_NOT_FIT = 1
+FIRST_REFUSED = 16
+BLOCK_SIZE_INVALID = 16
+NO_KV_BUDGET = 17
+INVALID_REQUEST = 18
+
+STATUS_NAMES = {
+    OK: "ok",
+    DOES_NOT_FIT: "request_does_not_fit",
+    BLOCK_SIZE_INVALID: "refused:block_size_must_be_positive",
+    NO_KV_BUDGET: "refused:no_kv_budget_after_non_kv_resources",
+    INVALID_REQUEST: "refused:invalid_request_lengths",
+}
+
+VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+# ----------------------------------------------------------------------------------------------------
+# pure quantities (one pool / one request)
+
+
+def declared_kv_bytes(
+    gpu_memory_bytes: Int64[Array, ""],
+    memory_fraction: Float64[Array, ""],
+    non_kv_bytes: Int64[Array, ""],
+    cuda_graph_reserved_bytes: Int64[Array, ""],
+) -> Int64[Array, ""]:
+    """Declared-memory pool: ⌊capacity × fraction − declared non-KV bytes − graph reservation⌋ (may be ≤ 0)."""
+    budget = jnp.asarray(gpu_memory_bytes, jnp.float64) * memory_fraction
+    return jnp.floor(budget - (non_kv_bytes + cuda_graph_reserved_bytes).astype(jnp.float64)).astype(jnp.int64)
+
+
+def tolerance_kv_bytes(kv_bytes: Int64[Array, ""], tolerance_fraction: Float64[Array, ""]) -> Int64[Array, ""]:
+    """Pool after a safety tolerance t ∈ [0, 1): ⌊bytes · (1 − t)⌋."""
+    return jnp.floor(jnp.asarray(kv_bytes, jnp.float64) * (1.0 - tolerance_fraction)).astype(jnp.int64)
+
+
+def kv_tokens(kv_bytes: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""]) -> Int64[Array, ""]:
+    """Whole tokens a linear pool holds: ⌊bytes / bytes_per_token⌋."""
+    return jnp.floor_divide(kv_bytes, jnp.maximum(kv_bytes_per_token, 1))
+
+
+def kv_blocks(tokens: Int64[Array, ""], block_size: Int64[Array, ""]) -> Int64[Array, ""]:
+    """Whole scheduler blocks: ⌊tokens / block_size⌋ (−1 when block_size ≤ 0)."""
+    return jnp.where(block_size > 0, jnp.floor_divide(tokens, jnp.maximum(block_size, 1)), -1)
+
+
+def request_blocks(
+    isl: Int64[Array, ""], osl: Int64[Array, ""], lookahead_tokens: Int64[Array, ""], block_size: Int64[Array, ""]
+) -> Int64[Array, ""]:
+    """Blocks one request needs at its peak: ⌈(ISL + OSL + lookahead) / block_size⌉.
+
+    ``lookahead_tokens`` is K+1 when speculating (the slots reserved before a round), else 0.
+    """
+    b = jnp.maximum(block_size, 1)
+    return jnp.floor_divide(isl + osl + lookahead_tokens + b - 1, b)
+
+
+def grouped_request_bytes(
+    block_tokens: Int64[Array, " G"],
+    page_bytes: Int64[Array, " G"],
+    window_tokens: Int64[Array, " G"],
+    length_tokens: Int64[Array, ""],
+    step_tokens: Int64[Array, ""],
+) -> Int64[Array, ""]:
+    """Bytes one request holds in a grouped cache at ``length_tokens`` (pages summed over groups).
+
+    Full-attention group: ⌈L/B⌉ pages; sliding window W: min(⌈L/B⌉, ⌈(W + T − 1)/B⌉ + 1) pages with
+    T = ``step_tokens`` (the scheduler token budget for the peak, 1 for steady occupancy). Padding
+    groups have page_bytes 0. ``window_tokens`` 0 means full attention.
+    """
+    b = jnp.maximum(block_tokens, 1)
+    full = jnp.floor_divide(length_tokens + b - 1, b)
+    windowed = jnp.minimum(full, jnp.floor_divide(window_tokens + step_tokens - 1 + b - 1, b) + 1)
+    pages = jnp.where(window_tokens > 0, windowed, full)
+    return jnp.sum(pages * page_bytes)
+
+
+def max_concurrency(kv_blocks_: Int64[Array, ""], request_blocks_: Int64[Array, ""], max_batch_size: Int64[Array, ""]) -> Int64[Array, ""]:
+    """Requests that fit at once: min(max_batch_size, ⌊blocks / blocks per request⌋)."""
+    return jnp.minimum(max_batch_size, jnp.floor_divide(kv_blocks_, jnp.maximum(request_blocks_, 1)))
+
+
+class KvPool(eqx.Module):
+    """One bound role's rank-local KV pool (arrays only: stack pools on a leading axis and vmap).
+
+    ``kv_bytes`` is the pool after any tolerance; ``kv_bytes_per_token`` is 0 for grouped layouts, whose
+    per-request cost comes from the padded ``group_*`` arrays (page_bytes 0 = padding).
+    """
+
+    kv_bytes: Int64[Array, ""]
+    kv_bytes_per_token: Int64[Array, ""]
+    block_size: Int64[Array, ""]
+    max_batch_size: Int64[Array, ""]
+    lookahead_tokens: Int64[Array, ""]
+    grouped: Bool[Array, ""]
+    group_block_tokens: Int64[Array, " G"]
+    group_page_bytes: Int64[Array, " G"]
+    group_window_tokens: Int64[Array, " G"]
+
+
+class PoolCapacity(eqx.Module):
+    """Capacity of one pool for one request shape. Blocks are −1 for grouped layouts (no block count)."""
+
+    kv_tokens: Int64[Array, ""]
+    kv_blocks: Int64[Array, ""]
+    request_blocks: Int64[Array, ""]
+    request_bytes: Int64[Array, ""]
+    max_concurrency: Int64[Array, ""]
+    status: Int32[Array, ""]
+
+
+def pool_capacity(pool: KvPool, isl: Int64[Array, ""], osl: Int64[Array, ""]) -> PoolCapacity:
+    """KV tokens, blocks, per-request blocks and max concurrency of one pool for requests of ISL + OSL."""
+    isl = jnp.asarray(isl, jnp.int64)
+    osl = jnp.asarray(osl, jnp.int64)
+    tokens = jnp.where(pool.grouped, -1, kv_tokens(pool.kv_bytes, pool.kv_bytes_per_token))
+    blocks = jnp.where(pool.grouped, -1, kv_blocks(tokens, pool.block_size))
+    per_req = jnp.where(pool.grouped, -1, request_blocks(isl, osl, pool.lookahead_tokens, pool.block_size))
+    lin_bytes = per_req * jnp.maximum(pool.block_size, 1) * pool.kv_bytes_per_token
+    grp_bytes = grouped_request_bytes(pool.group_block_tokens, pool.group_page_bytes, pool.group_window_tokens, isl + osl, jnp.int64(1))
+    req_bytes = jnp.where(pool.grouped, grp_bytes, lin_bytes)
+    conc = jnp.where(
+        pool.grouped,
+        jnp.minimum(pool.max_batch_size, jnp.floor_divide(pool.kv_bytes, jnp.maximum(grp_bytes, 1))),
+        max_concurrency(blocks, per_req, pool.max_batch_size),
+    )
+    status = jnp.where(conc >= 1, OK, DOES_NOT_FIT)
+    status = jnp.where(pool.kv_bytes <= 0, NO_KV_BUDGET, status)
+    status = jnp.where(~pool.grouped & (pool.block_size <= 0), BLOCK_SIZE_INVALID, status)
+    status = jnp.where((isl < 0) | (osl < 0) | (isl + osl <= 0), INVALID_REQUEST, status)
+    refused = status >= FIRST_REFUSED
+    conc = jnp.where(refused, -1, jnp.maximum(conc, 0))
+    return PoolCapacity(tokens, blocks, per_req, req_bytes, conc, status.astype(jnp.int32))
+
+
+pool_capacity_batch = jax.jit(jax.vmap(pool_capacity, in_axes=(0, 0, 0)))
+"""Many pools × request shapes at once (leading axis on every pool leaf and on isl/osl)."""
+
+pool_capacity_jit = jax.jit(pool_capacity)
+
+
+# ----------------------------------------------------------------------------------------------------
+# requests and pre-dispatch checks (plain Python)
+
+
+@dataclass(frozen=True)
+class CapacityRequest:
+    """What an engine asks of a profile's pool (the reference's cache-budget request)."""
+
+    total_gpu_bytes: int
+    memory_fraction_value: float
+    max_num_tokens: int
+    max_batch_size: int
+    memory_fraction_kind: str = "of_total"
+    context_length: int | None = None
+    block_size: int = 64
+    nextn: int = 0
+    cuda_graph_reserved_bytes: int = 0
+    tolerance_fraction: float | None = None
+
+
+def block_size_problem(block_size) -> str | None:
+    """The block count needs a positive integer scheduler block."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+        return f"block-size: scheduler block_size must be a positive integer (got {block_size!r})"
+    return None
+
+
+def non_kv_bytes(res: Resources) -> int:
+    """Sum of the declared non-KV byte fields (0 for fields left unset)."""
+    return sum(getattr(res, f) or 0 for f in DECLARED_BYTE_FIELDS)
+
+
+def capacity_problems(
+    res: Resources, profile_context_length: int, req: CapacityRequest, *, num_draft_tokens: int = 0
+) -> list[str]:
+    """Every reason the reference refuses this request against this deployment's resources, one line each.
+
+    ``num_draft_tokens`` is the profile's measured-round depth (0 for autoregressive profiles). The block
+    size is checked separately (:func:`block_size_problem`): a bad block refuses only the block count.
+    """
+    out: list[str] = []
+    if req.memory_fraction_kind != "of_total":
+        out.append(
+            f"memory-fraction-kind: vLLM FPM resources require memory_fraction_kind='of_total' "
+            f"(got {req.memory_fraction_kind!r})"
+        )
+    frac = req.memory_fraction_value
+    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not (math.isfinite(frac) and 0.0 < frac <= 1.0):
+        out.append(f"gpu-memory-utilization: memory fraction must be finite in (0, 1] (got {frac!r})")
+        frac = None
+    tol = req.tolerance_fraction
+    if tol is not None and not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and math.isfinite(tol) and 0.0 <= tol < 1.0):
+        out.append(f"tolerance: tolerance_fraction must be finite and in [0, 1) (got {tol!r})")
+    if num_draft_tokens > 0 and req.nextn != num_draft_tokens:
+        out.append(
+            "sd-nextn: speculative-round FPM nextn must match num_draft_tokens and cannot use generic speculation "
+            f"(nextn={req.nextn}, num_draft_tokens={num_draft_tokens})"
+        )
+    if num_draft_tokens == 0 and req.nextn != 0:
+        out.append(
+            f"ar-nextn: FPM profile resources support plain autoregressive execution; nextn must be 0 (got {req.nextn})"
+        )
+    src = res.memory_source
+    if src == "pending":
+        out.append("memory-pending: FPM memory is pending runtime profiling: the deployment has neither runtime_memory nor all four declared byte fields")
+        return out
+    rm = res.runtime_memory
+    bound = profile_context_length if rm is None else min(profile_context_length, rm.max_model_len)
+    ctx = req.context_length
+    if ctx is not None and not (0 < ctx <= bound):
+        out.append(
+            f"context-length: context_length must be positive and within the FPM profile context bound "
+            f"(got {ctx}, bound {bound} = min(profile context_length {profile_context_length}"
+            + (f", max_model_len {rm.max_model_len})" if rm is not None else ")")
+        )
+    if rm is not None:
+        if frac is not None and frac != rm.gpu_memory_utilization:
+            out.append(
+                f"gpu-memory-utilization: memory fraction must equal the recorded runtime gpu_memory_utilization "
+                f"(got {frac!r}, recorded {rm.gpu_memory_utilization!r})"
+            )
+        if req.cuda_graph_reserved_bytes != 0:
+            out.append(
+                f"cuda-graph-reserved: runtime memory already includes graph reservations; cuda_graph_reserved_bytes "
+                f"must be 0 (got {req.cuda_graph_reserved_bytes})"
+            )
+        if req.max_num_tokens != res.max_num_tokens:
+            out.append(
+                f"scheduler-envelope: runtime memory requires the exact recorded rank-local max_num_tokens="
+                f"{res.max_num_tokens} (got {req.max_num_tokens}); collect new runtime memory for changed scheduler settings"
+            )
+        if req.max_batch_size != res.max_batch_size:
+            out.append(
+                f"scheduler-envelope: runtime memory requires the exact recorded rank-local max_batch_size="
+                f"{res.max_batch_size} (got {req.max_batch_size}); collect new runtime memory for changed scheduler settings"
+            )
+        if frac is not None and not (req.total_gpu_bytes * frac >= rm.kv_cache_bytes):
+            out.append(
+                f"gpu-budget: GPU memory budget is smaller than the recorded runtime KV cache allocation "
+                f"({req.total_gpu_bytes} B × {frac!r} < kv_cache_bytes {rm.kv_cache_bytes})"
+            )
+    else:
+        if req.max_num_tokens > res.max_num_tokens or req.max_batch_size > res.max_batch_size:
+            out.append(
+                f"scheduler-envelope: scheduler envelope exceeds the declared profile bounds "
+                f"(max_num_tokens {req.max_num_tokens} > {res.max_num_tokens} or max_batch_size "
+                f"{req.max_batch_size} > {res.max_batch_size})"
+            )
+        if frac is not None:
+            budget = math.floor(req.total_gpu_bytes * frac - float(non_kv_bytes(res) + req.cuda_graph_reserved_bytes))
+            if budget <= 0:
+                out.append(
+                    f"no-kv-budget: no KV budget after non-KV resources and CUDA graphs "
+                    f"({req.total_gpu_bytes} B × {frac!r} − {non_kv_bytes(res)} − {req.cuda_graph_reserved_bytes} ≤ 0)"
+                )
+    if res.cache_layout == "grouped" and num_draft_tokens > 0:
+        out.append("grouped-cache: kv_cache_groups currently do not support speculative decoding")
+    return out
+
+
+@dataclass(frozen=True)
+class KvCacheEstimate:
+    """The reference's cache estimate for one accepted request (bytes/tokens exact integers)."""
+
+    total_gpu_capacity_bytes: int
+    total_kv_size_bytes: int
+    kv_size_per_token_bytes: int | None
+    total_kv_size_tokens: int | None
+    tolerance_fraction: float | None
+    tolerance_kv_size_bytes: int | None
+    tolerance_kv_size_tokens: int | None
+    request_peak_cache_bytes: int
+    num_gpu_blocks: int | None
+    blocks_problem: str | None
+    source: str
+    context_length: int
+
+    @property
+    def usable_kv_bytes(self) -> int:
+        """Pool bytes after tolerance (the pool replay and concurrency use)."""
+        return self.total_kv_size_bytes if self.tolerance_kv_size_bytes is None else self.tolerance_kv_size_bytes
+
+
+def _i64(x) -> jnp.ndarray:
+    return jnp.asarray(x, jnp.int64)
+
+
+def make_pool(res: Resources, kv_bytes: int, *, block_size: int, num_draft_tokens: int = 0) -> KvPool:
+    """A :class:`KvPool` for ``kv_bytes`` usable bytes of this deployment's layout."""
+    groups = res.cache_groups[:MAX_GROUPS]
+    blk = np.zeros(MAX_GROUPS, np.int64)
+    page = np.zeros(MAX_GROUPS, np.int64)
+    win = np.zeros(MAX_GROUPS, np.int64)
+    for i, g in enumerate(groups):
+        blk[i], page[i], win[i] = g.block_size_tokens, g.page_size_bytes, g.sliding_window or 0
+    return KvPool(
+        kv_bytes=_i64(kv_bytes),
+        kv_bytes_per_token=_i64(res.kv_bytes_per_token or 0),
+        block_size=_i64(block_size),
+        max_batch_size=_i64(res.max_batch_size),
+        lookahead_tokens=_i64(num_draft_tokens + 1 if num_draft_tokens > 0 else 0),
+        grouped=jnp.asarray(res.cache_layout == "grouped"),
+        group_block_tokens=jnp.asarray(blk),
+        group_page_bytes=jnp.asarray(page),
+        group_window_tokens=jnp.asarray(win),
+    )
+
+
+@jax.jit
+def _estimate_numbers(kv_bytes, kvbpt, tol, block_size, has_tol):
+    adj = jnp.where(has_tol, tolerance_kv_bytes(kv_bytes, tol), kv_bytes)
+    tokens = kv_tokens(kv_bytes, kvbpt)
+    adj_tokens = kv_tokens(adj, kvbpt)
+    return tokens, adj, adj_tokens, kv_blocks(adj_tokens, block_size)
+
+
+@jax.jit
+def _declared_bytes(gpu, frac, nonkv, graph):
+    return declared_kv_bytes(gpu, frac, nonkv, graph)
+
+
+def estimate_kv_cache(res: Resources, profile_context_length: int, req: CapacityRequest) -> KvCacheEstimate:
+    """KV pool bytes/tokens/blocks of an accepted request (call :func:`capacity_problems` first).
+
+    Linear layouts only give tokens and blocks; grouped layouts give bytes only.
+    """
+    rm = res.runtime_memory
+    if rm is not None:
+        kv_bytes = rm.kv_cache_bytes
+        source = "runtime"
+        default_ctx = min(profile_context_length, rm.max_model_len)
+    else:
+        kv_bytes = int(_declared_bytes(_i64(req.total_gpu_bytes), jnp.float64(req.memory_fraction_value),
+                                       _i64(non_kv_bytes(res)), _i64(req.cuda_graph_reserved_bytes)))
+        source = "declared"
+        default_ctx = profile_context_length
+    ctx = default_ctx if req.context_length is None else req.context_length
+    has_tol = req.tolerance_fraction is not None
+    blocks_problem = block_size_problem(req.block_size)
+    if res.cache_layout == "linear":
+        kvbpt = int(res.kv_bytes_per_token)
+        tokens, adj, adj_tokens, blocks = (
+            int(x) for x in _estimate_numbers(_i64(kv_bytes), _i64(kvbpt), jnp.float64(req.tolerance_fraction or 0.0),
+                                              _i64(req.block_size if isinstance(req.block_size, int) else 0), jnp.asarray(has_tol))
+        )
+        peak = ctx * kvbpt
+    else:
+        kvbpt = tokens = adj_tokens = blocks = None
+        adj = int(tolerance_kv_bytes(_i64(kv_bytes), jnp.float64(req.tolerance_fraction))) if has_tol else kv_bytes
+        g = make_pool(res, kv_bytes, block_size=1)
+        peak = int(grouped_request_bytes(g.group_block_tokens, g.group_page_bytes, g.group_window_tokens,
+                                         _i64(ctx), _i64(res.max_num_tokens)))
+        blocks_problem = "grouped-cache: grouped caches have no scalar token capacity or block count"
+    return KvCacheEstimate(
+        total_gpu_capacity_bytes=int(req.total_gpu_bytes),
+        total_kv_size_bytes=int(kv_bytes),
+        kv_size_per_token_bytes=kvbpt,
+        total_kv_size_tokens=tokens,
+        tolerance_fraction=req.tolerance_fraction,
+        tolerance_kv_size_bytes=adj if has_tol else None,
+        tolerance_kv_size_tokens=adj_tokens if has_tol else None,
+        request_peak_cache_bytes=int(peak),
+        num_gpu_blocks=None if blocks_problem else blocks,
+        blocks_problem=blocks_problem,
+        source=source,
+        context_length=int(ctx),
+    )
