@@ -39,9 +39,7 @@ class RoundTable(eqx.Module):
     row_of_batch: Int32[Array, " B"]
     packed: Int32[Array, "U P"]
     curve_batch: Int64[Array, " C"]
-    seg_x: Int64[Array, "C M"]
-    seg_y: Float64[Array, "C M"]
-    seg_slope: Float64[Array, "C M"]
+    seg: Float64[Array, "C M 2"]
     curve_base_ms: Float64[Array, " C"]
     pre_batch_index: Int32[Array, " Bp"]
     pre_tok_grid: Int64[Array, "NB Pt"]
@@ -82,9 +80,7 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
         row_of_batch=jnp.asarray(_pad(dec.row_of_batch, (b,), 0)),
         packed=jnp.asarray(_pad(dec.packed, (u, 2 * m - 1), unsupported)),
         curve_batch=jnp.asarray(_pad(dec.curve_batch, (c,), 0)),
-        seg_x=jnp.asarray(_pad(dec.seg_x, (c, m), 0)),
-        seg_y=jnp.asarray(_pad(dec.seg_y, (c, m), 0.0)),
-        seg_slope=jnp.asarray(_pad(dec.seg_slope, (c, m), 0.0)),
+        seg=jnp.asarray(_pad(dec.seg, (c, m, 2), 0.0)),
         curve_base_ms=jnp.asarray(_pad(dec.curve_base_ms, (c,), 0.0)),
         pre_batch_index=jnp.asarray(_pad(pre.batch_index, (bp,), -1)),
         pre_tok_grid=jnp.asarray(_pad(pre.tok_grid, (nb, pt), _I64_MAX)),
@@ -100,7 +96,7 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
 
 def _piece(grid: Int64[Array, " M"], n: Int32[Array, ""], x: Int64[Array, ""]):
     """Piece index of x on a sorted grid (even: on a point; odd: between points) and in-range flag."""
-    j = jnp.searchsorted(grid, x, side="right", method="scan_unrolled") - 1
+    j = jnp.searchsorted(grid, x, side="right", method="scan") - 1
     jc = jnp.clip(j, 0, grid.shape[0] - 1)
     on_point = grid[jc] == x
     p = 2 * jc + jnp.where(on_point, 0, 1)
@@ -125,7 +121,8 @@ def _decode_parts(t: RoundTable, batch: Int64[Array, ""], kv: Int64[Array, ""]):
 
 
 def _curve_at(t: RoundTable, curve, jc, kv):
-    return t.seg_y[curve, jc] + t.seg_slope[curve, jc] * (kv - t.seg_x[curve, jc])
+    y_slope = t.seg[curve, jc]
+    return y_slope[0] + y_slope[1] * (kv - t.kv_grid[jc])
 
 
 def decode_latency_ms(

@@ -40,9 +40,7 @@ class DecodeSupport:
     row_of_batch: np.ndarray  # int32 [Bmax+1]; row 0 = all unsupported
     packed: np.ndarray  # int32 [U, 2M-1]: lo | hi << 12 | code << 24
     curve_batch: np.ndarray  # int64 [C]
-    seg_x: np.ndarray  # int64 [C, M]   curve's own left point for global interval j
-    seg_y: np.ndarray  # float64 [C, M]
-    seg_slope: np.ndarray  # float64 [C, M]  ms per KV token
+    seg: np.ndarray  # float64 [C, M, 2]: curve latency at grid point j and slope (ms per KV token) after it
     curve_base_ms: np.ndarray  # float64 [C]  lowest-KV latency of each curve
 
 
@@ -75,9 +73,7 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
             row_of_batch=np.zeros(1, np.int32),
             packed=np.full((1, 1), st.BATCH_OUT_OF_RANGE << 24, np.int32),
             curve_batch=np.zeros(1, np.int64),
-            seg_x=np.zeros((1, 1), np.int64),
-            seg_y=np.zeros((1, 1)),
-            seg_slope=np.zeros((1, 1)),
+            seg=np.zeros((1, 1, 2)),
             curve_base_ms=np.zeros(1),
         )
     order = np.lexsort((kv, batch))
@@ -91,9 +87,7 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
     m = grid.size
     n_pieces = 2 * m - 1
 
-    seg_x = np.zeros((n_curves, m), np.int64)
-    seg_y = np.zeros((n_curves, m))
-    seg_s = np.zeros((n_curves, m))
+    seg = np.zeros((n_curves, m, 2))
     cov = np.zeros((n_curves, n_pieces), bool)
     base = np.zeros(n_curves)
     # piece p: even → point grid[p//2]; odd → open interval (grid[p//2], grid[p//2+1])
@@ -109,9 +103,8 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
         nxt = np.minimum(a + 1, xs.size - 1)
         dx = (xs[nxt] - xs[a]).astype(np.float64)
         slope = np.where(dx > 0, (ys[nxt] - ys[a]) / np.where(dx > 0, dx, 1.0), 0.0)
-        seg_x[c] = np.where(ok, xs[a], 0)
-        seg_y[c] = np.where(ok, ys[a], 0.0)
-        seg_s[c] = np.where(ok, slope, 0.0)
+        seg[c, :, 0] = np.where(ok, ys[a] + slope * (grid - xs[a]), 0.0)
+        seg[c, :, 1] = np.where(ok, slope, 0.0)
 
     # regimes: runs of measured batches separated by +1 steps
     regime = np.concatenate([[0], np.cumsum(np.diff(curves) == 1)])
@@ -196,9 +189,7 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
         row_of_batch=row_of_batch,
         packed=np.stack(row_tables),
         curve_batch=curves,
-        seg_x=seg_x,
-        seg_y=seg_y,
-        seg_slope=seg_s,
+        seg=seg,
         curve_base_ms=base,
     )
 
