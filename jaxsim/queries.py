@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from jaxsim.devices import num_devices, shard
 from jaxsim.errors import QueryError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
@@ -26,7 +27,7 @@ from jaxsim.kernels.support import _bucket
 QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
 MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
 KINDS = ("decode", "prefill", "mixed")
-CHUNK = 1 << 18
+CHUNK = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -53,22 +54,16 @@ def read_queries(path: str | Path) -> QueryBatch:
         raise QueryError(f"{path}: query file not found")
     try:
         if _is_parquet(path):
-            table = pq.read_table(path)
+            table = pq.read_table(path, read_dictionary=["workload_kind"])
         else:
-            table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(strings_can_be_null=False))
+            opts = pacsv.ConvertOptions(strings_can_be_null=False, column_types={"workload_kind": pa.dictionary(pa.int32(), pa.string())})
+            table = pacsv.read_csv(path, convert_options=opts)
     except (pa.ArrowInvalid, OSError) as exc:
         raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
     missing = [c for c in QUERY_COLUMNS if c not in table.column_names]
     if missing:
         raise QueryError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(QUERY_COLUMNS)})")
-    kinds_col = table.column("workload_kind")
-    if not pa.types.is_string(kinds_col.type) and not pa.types.is_large_string(kinds_col.type):
-        raise QueryError(f"{path}: column workload_kind must hold text (decode|prefill|mixed)")
-    kind_idx = pc.index_in(kinds_col, value_set=pa.array(KINDS))
-    if kind_idx.null_count:
-        row = int(np.nonzero(kind_idx.is_null().to_numpy(zero_copy_only=False))[0][0])
-        raise QueryError(f"{path}: row {row + 1}: workload_kind={kinds_col[row].as_py()!r} must be decode, prefill or mixed")
-    kind = kind_idx.to_numpy(zero_copy_only=False).astype(np.int64)
+    kind = _kind_codes(path, table.column("workload_kind"))
     n = table.num_rows
     has_mixed = bool(np.any(kind == 2))
 
@@ -105,18 +100,42 @@ def read_queries(path: str | Path) -> QueryBatch:
     return QueryBatch(table, kind, batch, ptok, kvr, nd, dkv)
 
 
+def _kind_codes(path: Path, col: pa.ChunkedArray) -> np.ndarray:
+    """workload_kind → index into KINDS (dictionary-encoded columns map only their dictionary)."""
+    value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
+        raise QueryError(f"{path}: column workload_kind must hold text (decode|prefill|mixed)")
+    parts = []
+    for chunk in col.chunks:
+        if pa.types.is_dictionary(chunk.type):
+            mapping = pc.index_in(chunk.dictionary, value_set=pa.array(KINDS)).to_numpy(zero_copy_only=False)
+            mapping = np.where(np.isnan(mapping.astype(np.float64)), -1, mapping).astype(np.int64) if mapping.dtype.kind == "f" else mapping.astype(np.int64)
+            idx = chunk.indices.to_numpy(zero_copy_only=False)
+            parts.append(mapping[idx] if mapping.size else np.full(len(chunk), -1, np.int64))
+        else:
+            m = pc.index_in(chunk, value_set=pa.array(KINDS))
+            parts.append(pc.fill_null(m, -1).to_numpy(zero_copy_only=False).astype(np.int64))
+    kind = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    bad = np.nonzero(kind < 0)[0]
+    if bad.size:
+        row = int(bad[0])
+        raise QueryError(f"{path}: row {row + 1}: workload_kind={col[row].as_py()!r} must be decode, prefill or mixed")
+    return kind
+
+
 def _chunked(fn, table, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Run a batched kernel over fixed-size padded chunks (one compile per bucket)."""
     n = cols[0].size
     lat = np.empty(n)
     code = np.empty(n, np.int32)
     size = min(CHUNK, _bucket(n, 256))
+    size += (-size) % num_devices()
     for start in range(0, n, size):
         stop = min(start + size, n)
         part = [np.zeros(size, np.int64) for _ in cols]
         for dst, src in zip(part, cols):
             dst[: stop - start] = src[start:stop]
-        out_l, out_c = fn(table, *part)
+        out_l, out_c = fn(table, *shard(*part))
         lat[start:stop] = np.asarray(out_l)[: stop - start]
         code[start:stop] = np.asarray(out_c)[: stop - start]
     return lat, code
@@ -148,10 +167,11 @@ def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray) -> pa.Table:
     keep = [c for c in q.table.column_names if c not in ("latency_ms", "status")]
     out = q.table.select(keep)
     out = out.append_column("latency_ms", pa.array(lat, mask=np.isnan(lat)))
-    uniq, inv = np.unique(code, return_inverse=True)
-    labels = pa.array([st.name(int(c)) for c in uniq])
-    status = pa.DictionaryArray.from_arrays(pa.array(inv.astype(np.int32)), labels)
+    status = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)), _STATUS_LABELS)
     return out.append_column("status", status)
+
+
+_STATUS_LABELS = pa.array([st.name(i) for i in range(64)])
 
 
 def write_results(path: str | Path, table: pa.Table) -> None:

@@ -7,7 +7,12 @@ from typing import Optional
 
 import typer
 
-import jaxsim
+from jaxsim.devices import enable_compilation_cache, use_all_cpu_cores
+
+use_all_cpu_cores()
+enable_compilation_cache()
+
+import jaxsim  # noqa: E402
 
 app = typer.Typer(
     name="jaxsim",

@@ -94,11 +94,23 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
     )
 
 
-def _piece(grid: Int64[Array, " M"], n: Int32[Array, ""], x: Int64[Array, ""]):
+def _count_le(flat: Int64[Array, " N"], start, width: int, x: Int64[Array, ""]):
+    """Number of entries ≤ x in the sorted run flat[start : start + width] (width a power of two,
+    padded with int64 max): a statically unrolled binary search, one gather per step."""
+    pos = jnp.zeros((), jnp.int32)
+    step = width // 2
+    while step >= 1:
+        cand = pos + step
+        pos = jnp.where(flat[start + cand - 1] <= x, cand, pos)
+        step //= 2
+    return pos + (flat[start + pos] <= x).astype(jnp.int32)
+
+
+def _piece(flat: Int64[Array, " N"], start, width: int, n: Int32[Array, ""], x: Int64[Array, ""]):
     """Piece index of x on a sorted grid (even: on a point; odd: between points) and in-range flag."""
-    j = jnp.searchsorted(grid, x, side="right", method="scan") - 1
-    jc = jnp.clip(j, 0, grid.shape[0] - 1)
-    on_point = grid[jc] == x
+    j = _count_le(flat, start, width, x) - 1
+    jc = jnp.clip(j, 0, width - 1)
+    on_point = flat[start + jc] == x
     p = 2 * jc + jnp.where(on_point, 0, 1)
     return jc, p, (j >= 0) & (p <= 2 * n - 2)
 
@@ -106,7 +118,7 @@ def _piece(grid: Int64[Array, " M"], n: Int32[Array, ""], x: Int64[Array, ""]):
 def _decode_parts(t: RoundTable, batch: Int64[Array, ""], kv: Int64[Array, ""]):
     batch = jnp.asarray(batch, jnp.int64)
     kv = jnp.asarray(kv, jnp.int64)
-    jc, p, in_range = _piece(t.kv_grid, t.n_kv, kv)
+    jc, p, in_range = _piece(t.kv_grid, 0, t.kv_grid.shape[0], t.n_kv, kv)
     b_ok = (batch >= 1) & (batch < t.row_of_batch.shape[0])
     row = jnp.where(b_ok, t.row_of_batch[jnp.clip(batch, 0, t.row_of_batch.shape[0] - 1)], 0)
     packed = t.packed[row, jnp.clip(p, 0, t.packed.shape[1] - 1)]
@@ -160,13 +172,14 @@ def prefill_latency_ms(
     nbp = t.pre_batch_index.shape[0]
     bi = jnp.where((batch >= 0) & (batch < nbp), t.pre_batch_index[jnp.clip(batch, 0, nbp - 1)], -1)
     bic = jnp.clip(bi, 0, t.pre_tok_grid.shape[0] - 1)
-    jt, pt, t_in = _piece(t.pre_tok_grid[bic], t.pre_n_tok[bic], tok)
-    jk, pk, k_in = _piece(t.pre_kv_grid[bic], t.pre_n_kv[bic], kv)
+    wt, wk = t.pre_tok_grid.shape[1], t.pre_kv_grid.shape[1]
+    jt, pt, t_in = _piece(t.pre_tok_grid.reshape(-1), bic * wt, wt, t.pre_n_tok[bic], tok)
+    jk, pk, k_in = _piece(t.pre_kv_grid.reshape(-1), bic * wk, wk, t.pre_n_kv[bic], kv)
     pt = jnp.clip(pt, 0, t.pre_coef.shape[1] - 1)
     pk = jnp.clip(pk, 0, t.pre_coef.shape[2] - 1)
     c = t.pre_coef[bic, pt, pk]
-    dt = (tok - t.pre_tok_grid[bic, jt]).astype(jnp.float64)
-    dk = (kv - t.pre_kv_grid[bic, jk]).astype(jnp.float64)
+    dt = (tok - t.pre_tok_grid.reshape(-1)[bic * wt + jt]).astype(jnp.float64)
+    dk = (kv - t.pre_kv_grid.reshape(-1)[bic * wk + jk]).astype(jnp.float64)
     lat = c[0] + c[1] * dt + c[2] * dk + c[3] * dt * dk
     code = jnp.where(t_in & k_in, t.pre_code[bic, pt, pk], st.PREFILL_NO_SUPPORT)
     code = jnp.where(bi < 0, st.PREFILL_BATCH_UNMEASURED, code)
