@@ -119,7 +119,8 @@ def test_vmap_equals_loop_and_jit_equals_eager(queries):
     for i in range(len(queries)):
         l_e, c_e = rounds.decode_latency_ms(table, jnp.int64(b[i]), jnp.int64(k[i]))  # eager, unjitted
         assert int(c_e) == int(code_v[i])
-        assert np.array_equal(np.asarray(l_e), np.asarray(lat_v[i]), equal_nan=True)
+        # XLA may fuse a multiply-add differently under jit: equal to the last few ulps
+        np.testing.assert_allclose(np.asarray(l_e), np.asarray(lat_v[i]), rtol=1e-13, equal_nan=True)
 
 
 @settings(max_examples=30, deadline=None)
