@@ -10,13 +10,9 @@ import typer
 
 from jaxsim.cli.common import fail, guarded
 
-CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and
-max concurrency, per role.
+CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
 
-The recorded runtime pool is used as recorded: tokens = floor(kv_cache_bytes / kv_bytes_per_token),
-blocks = floor(tokens / block_size). A request needs ceil((ISL + OSL [+ K + 1 when speculating]) /
-block_size) blocks; max concurrency per rank = min(max_num_seqs, blocks / per-request blocks), and per
-role it is multiplied by dp x replicas. Without --isl/--osl one request spans the context length.
+The recorded runtime pool is used as recorded: tokens = floor(kv_cache_bytes / kv_bytes_per_token), blocks = floor(tokens / block_size). A request needs ceil((ISL + OSL [+ K + 1 when speculating]) / block_size) blocks; max concurrency per rank = min(max_num_seqs, blocks / per-request blocks), multiplied by dp x replicas per role. Without --isl/--osl one request spans the context length.
 
 Examples:
 

@@ -10,11 +10,9 @@ import typer
 
 from jaxsim.cli.common import EXIT_INVALID
 
-VALIDATE_HELP = """Validate deployment configs (TOML) against their measured profiles.
+VALIDATE_HELP = """Validate deployment configs (TOML) against their measured profiles; nothing is compiled.
 
-Every problem is printed on its own line, prefixed by the config file and the rule it breaks
-(for example `sd-nextn`, `estimator-policy`, `scheduler-envelope`). Nothing is compiled.
-Exit code 0 when every config is valid, 2 otherwise.
+Every problem is printed on its own line, prefixed by the config file and the rule it breaks (for example sd-nextn, estimator-policy, scheduler-envelope). Exit code 0 when every config is valid, 2 otherwise.
 
 Examples:
 
