@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -146,26 +147,28 @@ class Binding:
 # caches (exact identity)
 
 _LOCK = threading.RLock()
-_RESOLVED: dict[tuple[str, str | None], Path | str] = {}
-_BUNDLES: dict[str, tuple[tuple, ProfileBundle | str]] = {}
+_RESOLVED: dict[tuple[str, str | None], Path] = {}
+_BUNDLES: dict[str, tuple[tuple, float, ProfileBundle | str]] = {}
+_SELECTED: dict[tuple, Deployment | str] = {}
 _CELLS: dict[tuple, CellRows | str] = {}
 _TABLES: dict[tuple, RoundTable] = {}
 
+STAMP_TTL_S = 1.0
+"""A cached profile directory is re-stamped (mtime/size of its files) at most this often."""
+
 
 def clear_caches() -> None:
-    """Forget every cached profile directory, cell and compiled table."""
+    """Forget every cached profile directory, selection, cell and compiled table."""
     with _LOCK:
-        _RESOLVED.clear()
-        _BUNDLES.clear()
-        _CELLS.clear()
-        _TABLES.clear()
+        for c in (_RESOLVED, _BUNDLES, _SELECTED, _CELLS, _TABLES):
+            c.clear()
 
 
-def _stamp(root: Path) -> tuple:
+def _stamp(root: str) -> tuple:
     out = []
-    for p in (root, root / "profile.json", root / "fpm_forward_perf.parquet", root / "fpm_forward_perf.metadata.json"):
+    for name in ("", "profile.json", "fpm_forward_perf.parquet", "fpm_forward_perf.metadata.json"):
         try:
-            st = os.stat(p)
+            st = os.stat(os.path.join(root, name) if name else root)
             out.append((st.st_mtime_ns, st.st_size))
         except OSError:
             out.append(None)
@@ -182,10 +185,9 @@ def _registry():
 
 def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path:
     """A directory (relative to ``base_dir``, then the working directory) or a bundled profile name."""
-    key = (name_or_path, None if base_dir is None else str(base_dir))
-    with _LOCK:
-        hit = _RESOLVED.get(key)
-    if isinstance(hit, Path) and hit.exists():
+    key = (name_or_path, base_dir)
+    hit = _RESOLVED.get(key)
+    if hit is not None:
         return hit
     p = Path(name_or_path).expanduser()
     cands = [p] if p.is_absolute() else ([base_dir / p] if base_dir is not None else []) + [p]
@@ -209,27 +211,50 @@ def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path
     return found
 
 
-def load_bundle(root: Path) -> ProfileBundle:
-    """Load (or reuse) a profile directory; raises the loader's one-line error."""
+def load_bundle(root: Path | str) -> ProfileBundle:
+    """Load (or reuse) a profile directory; raises the loader's one-line error.
+
+    Reuse is by exact path and file stamps (mtime, size), re-checked at most every ``STAMP_TTL_S``.
+    """
     key = str(root)
-    stamp = _stamp(root)
-    with _LOCK:
-        hit = _BUNDLES.get(key)
-    if hit is None or hit[0] != stamp:
-        try:
-            value: ProfileBundle | str = load_profile_dir(root)
-        except JaxsimError as e:
-            value = " ".join(str(e).split())
-        hit = (stamp, value)
+    now = time.monotonic()
+    hit = _BUNDLES.get(key)
+    if hit is not None and now - hit[1] < STAMP_TTL_S:
+        value = hit[2]
+    else:
+        stamp = _stamp(key)
+        if hit is not None and hit[0] == stamp:
+            value = hit[2]
+        else:
+            try:
+                value = load_profile_dir(key)
+            except JaxsimError as e:
+                value = " ".join(str(e).split())
         with _LOCK:
-            _BUNDLES[key] = hit
-    if isinstance(hit[1], str):
-        raise BindingError(hit[1])
-    return hit[1]
+            _BUNDLES[key] = (stamp, now, value)
+    if isinstance(value, str):
+        raise BindingError(value)
+    return value
+
+
+def _select(bundle: ProfileBundle, system: str, backend: str, version: str | None, pt: tuple, role: str) -> Deployment:
+    key = (bundle, system, backend, version, pt, role)
+    hit = _SELECTED.get(key)
+    if hit is None:
+        try:
+            hit = bundle.profile.select(system, backend, version, tp=pt[0], pp=pt[1], dp=pt[2], moe_tp=pt[3],
+                                        moe_ep=pt[4], cp=pt[5], worker_type=role)
+        except JaxsimError as e:
+            hit = " ".join(str(e).split())
+        with _LOCK:
+            _SELECTED[key] = hit
+    if isinstance(hit, str):
+        raise BindingError(hit)
+    return hit
 
 
 def _cell(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> CellRows:
-    key = (id(bundle), dep, dcp)
+    key = (bundle, dep, dcp)
     with _LOCK:
         hit = _CELLS.get(key)
     if hit is None:
@@ -245,7 +270,7 @@ def _cell(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> CellRows:
 
 
 def _round_table(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> RoundTable:
-    key = (id(bundle), dep, dcp)
+    key = (bundle, dep, dcp)
     with _LOCK:
         hit = _TABLES.get(key)
     if hit is None:
@@ -407,8 +432,7 @@ def _role_problems(cfg: DeploymentConfig, r: _Role, total_gpu: int | None) -> li
         out.append(f"model-mismatch: model must equal the profile's model exactly (config {cfg.model!r}, profile {prof.model!r})")
     pt = role.parallel_tuple
     try:
-        dep = prof.select(cfg.system, cfg.backend, cfg.backend_version, tp=pt[0], pp=pt[1], dp=pt[2], moe_tp=pt[3],
-                          moe_ep=pt[4], cp=pt[5], worker_type=role.name)
+        dep = _select(r.bundle, cfg.system, cfg.backend, cfg.backend_version, pt, role.name)
     except JaxsimError as e:
         if any(d.is_speculative for d in prof.deployments) and (pt[1:3] != (1, 1) or pt[4:] != (1, 1) or role.dcp is not None):
             out.append(f"sd-parallel: {SD_PARALLEL_MSG} ({where}: tp={pt[0]} pp={pt[1]} dp={pt[2]} moe_ep={pt[4]} cp={pt[5]} dcp={role.dcp})")

@@ -357,6 +357,7 @@ def test_cache_loads_each_directory_once(tmp_path, monkeypatch):
     calls = []
     real = bd.load_profile_dir
     monkeypatch.setattr(bd, "load_profile_dir", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(bd, "STAMP_TTL_S", 0.0)
     cfg = _cfg("ar_core", profile=str(root))
     for _ in range(20):
         assert bd.validate_config(cfg) == []
