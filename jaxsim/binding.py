@@ -385,6 +385,8 @@ def _config_problems(cfg: DeploymentConfig) -> list[str]:
         out.append("kv-offload: FPM capacity is the recorded HBM pool; KV offload (kv_offload=true) is not supported")
     if cfg.kv_transfer_gbps is not None and not (math.isfinite(cfg.kv_transfer_gbps) and cfg.kv_transfer_gbps > 0):
         out.append(f"kv-transfer: kv_transfer_gbps must be finite and > 0 (got {cfg.kv_transfer_gbps!r})")
+    if cfg.mode == "disaggregated" and cfg.kv_transfer_gbps is None and cfg.system not in systems.list_systems():
+        out.append(f"kv-transfer: system {cfg.system!r} has no bundled spec sheet for the P/D link; set kv_transfer_gbps")
     ov = cfg.overrides
     if ov.fmha_quant_mode is not None and ov.fmha_quant_mode not in FPM_FMHA_MODES:
         out.append(f"fmha-override: fpm_fmha_quant_mode must be bfloat16, fp8, or fp8_block (got {ov.fmha_quant_mode!r})")

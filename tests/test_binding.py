@@ -258,8 +258,12 @@ def test_capacity_rules_through_config():
     assert bd.validate_config(ok) == []
 
 
-def test_unknown_system_needs_gpu_memory():
+def test_unknown_system_needs_gpu_memory_and_link():
     assert "gpu-memory" in _rules(_cfg(system="mi300x"))
+    pd = _cfg(system="mi300x", mode="disaggregated", gpu_memory_bytes=10**11)
+    assert "kv-transfer" in _rules(pd) and "gpu-memory" not in _rules(pd)
+    assert "kv-transfer" not in _rules(dataclasses.replace(pd, kv_transfer_gbps=10.0))
+    assert "kv-transfer" in _rules(_cfg(kv_transfer_gbps=float("inf")))
 
 
 def test_all_problems_listed():
