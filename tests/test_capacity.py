@@ -160,6 +160,20 @@ def test_declared_memory_path_reference_example():
     assert any(p.startswith("no-kv-budget") for p in cap.capacity_problems(res, 32768, starved))
 
 
+def test_declared_budget_rounds_before_subtracting():
+    """capacity × fraction is rounded to float64 before the subtraction (no fused multiply-add)."""
+    gpu, frac = 13_140_250_750, 0.176
+    budget = gpu * frac
+    assert budget == 2_312_684_132.0  # exact product is slightly below; a fused FMA would floor to 999
+    res = _declared_resources(weights_bytes=2_312_683_132, activations_bytes=0, runtime_overhead_bytes=0)
+    req = cap.CapacityRequest(total_gpu_bytes=gpu, memory_fraction_value=frac, max_num_tokens=8192, max_batch_size=64)
+    assert cap.estimate_kv_cache(res, 32768, req).total_kv_size_bytes == math.floor(budget - 2_312_683_132) == 1000
+    many = jax.jit(jax.vmap(cap.declared_kv_bytes))(
+        cap.gpu_budget_bytes(np.full(3, gpu), np.full(3, frac)), np.full(3, 2_312_683_132), np.zeros(3, np.int64)
+    )
+    assert many.tolist() == [1000, 1000, 1000]
+
+
 def test_pending_memory_refused():
     res = Resources._parse(
         {"cache_layout": "linear", "max_num_tokens": 8, "max_batch_size": 8, "provenance": "t", "kv_bytes_per_token": 8},

@@ -52,14 +52,22 @@ VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
 def declared_kv_bytes(
-    gpu_memory_bytes: Int64[Array, ""],
-    memory_fraction: Float64[Array, ""],
+    gpu_budget_bytes: Float64[Array, ""],
     non_kv_bytes: Int64[Array, ""],
     cuda_graph_reserved_bytes: Int64[Array, ""],
 ) -> Int64[Array, ""]:
-    """Declared-memory pool: ⌊capacity × fraction − declared non-KV bytes − graph reservation⌋ (may be ≤ 0)."""
-    budget = jnp.asarray(gpu_memory_bytes, jnp.float64) * memory_fraction
-    return jnp.floor(budget - (non_kv_bytes + cuda_graph_reserved_bytes).astype(jnp.float64)).astype(jnp.int64)
+    """Declared-memory pool: ⌊capacity × fraction − declared non-KV bytes − graph reservation⌋ (may be ≤ 0).
+
+    ``gpu_budget_bytes`` = capacity × fraction must be rounded to float64 BEFORE the subtraction, as the
+    reference does; compute it outside jit (:func:`gpu_budget_bytes`), because XLA may fuse a traced
+    multiply-subtract into one FMA and change the floor by one byte.
+    """
+    return jnp.floor(gpu_budget_bytes - (non_kv_bytes + cuda_graph_reserved_bytes).astype(jnp.float64)).astype(jnp.int64)
+
+
+def gpu_budget_bytes(gpu_memory_bytes, memory_fraction) -> np.ndarray:
+    """capacity × fraction in float64, rounded once (numpy, outside jit)."""
+    return np.asarray(gpu_memory_bytes, np.float64) * np.asarray(memory_fraction, np.float64)
 
 
 def tolerance_kv_bytes(kv_bytes: Int64[Array, ""], tolerance_fraction: Float64[Array, ""]) -> Int64[Array, ""]:
@@ -348,9 +356,7 @@ def _estimate_numbers(kv_bytes, kvbpt, tol, block_size, has_tol):
     return tokens, adj, adj_tokens, kv_blocks(adj_tokens, block_size)
 
 
-@jax.jit
-def _declared_bytes(gpu, frac, nonkv, graph):
-    return declared_kv_bytes(gpu, frac, nonkv, graph)
+_declared_bytes = jax.jit(declared_kv_bytes)
 
 
 def estimate_kv_cache(res: Resources, profile_context_length: int, req: CapacityRequest) -> KvCacheEstimate:
@@ -364,8 +370,8 @@ def estimate_kv_cache(res: Resources, profile_context_length: int, req: Capacity
         source = "runtime"
         default_ctx = min(profile_context_length, rm.max_model_len)
     else:
-        kv_bytes = int(_declared_bytes(_i64(req.total_gpu_bytes), jnp.float64(req.memory_fraction_value),
-                                       _i64(non_kv_bytes(res)), _i64(req.cuda_graph_reserved_bytes)))
+        budget = gpu_budget_bytes(req.total_gpu_bytes, req.memory_fraction_value)
+        kv_bytes = int(_declared_bytes(budget, _i64(non_kv_bytes(res)), _i64(req.cuda_graph_reserved_bytes)))
         source = "declared"
         default_ctx = profile_context_length
     ctx = default_ctx if req.context_length is None else req.context_length
