@@ -1,0 +1,464 @@
+"""The replay engine: one vLLM-style worker as a JAX state machine (one ``lax.while_loop`` step per
+scheduler pass, fixed-capacity arrays, no Python per-pass loop).
+
+Semantics (reverse-engineered from the reference's replay goldens, matched bit for bit):
+
+* Requests arrive into an FCFS waiting queue; requests preempted for recompute go back to its front.
+* A pass first walks the running list in order. A decode request uses K+1 tokens of the
+  ``max_num_batched_tokens`` budget (1 when autoregressive) and allocates KV for its dangling token;
+  a request still prefilling (or recomputing) takes ``min(remaining, budget)`` tokens (chunked
+  prefill). When the KV pool cannot supply a request's blocks, the tail of the running list is
+  preempted (recompute: its KV is dropped) until it fits.
+* Without a preemption in the pass, waiting requests are admitted FCFS while ``max_num_seqs``, the
+  budget and the free blocks (the whole known sequence must fit) allow.
+* Speculative passes then reserve, for every ready request, the blocks to grow by its burst
+  (``min(K+1, remaining)`` for a decode, 1 for a completed prefill), preempting the running tail
+  until the reservation fits.
+* Pass time = prefill lookup (requests computing prompt tokens: Σ new prompt tokens, Σ prompt tokens
+  already cached) + decode lookup (ready requests that have emitted a token: Σ past KV), each rounded
+  to whole nanoseconds. A fresh prefill emits the first token at the pass end; a decode round emits
+  a burst (chained Bernoulli trials, capped by the remaining output); a completed recompute emits
+  one token. All tokens of a pass are stamped at its end.
+* A pass whose lookup is outside measured support stops that replay with the lookup's status code.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float64, Int32, Int64
+
+from jaxsim.kernels import status as st
+from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
+from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, prefill_latency_ms
+
+# replay status codes (lookup failures keep the kernel's code, >= st.FIRST_UNSUPPORTED)
+RUNNING = 0
+COMPLETED = 1
+STALLED = 40
+PASS_LIMIT = 41
+
+STATUS_NAMES = {
+    RUNNING: "running",
+    COMPLETED: "completed",
+    STALLED: "stalled: the waiting head can never fit in the KV pool",
+    PASS_LIMIT: "stopped: pass limit reached",
+}
+
+# per-request terminal codes
+UNFINISHED = 0
+DONE = 1
+REJECTED = 2
+
+TERMINAL_NAMES = {UNFINISHED: "unfinished", DONE: "completed", REJECTED: "rejected"}
+
+TIMELINE_FIELDS = (
+    "start_ms", "end_ms", "running", "waiting", "prefill_requests", "prefill_tokens", "prefill_kv_tokens",
+    "decode_requests", "decode_kv_tokens", "kv_blocks_used", "preemptions",
+)
+
+
+def status_name(code: int) -> str:
+    """Human-readable replay status."""
+    code = int(code)
+    if code >= st.FIRST_UNSUPPORTED and code in st.NAMES:
+        return f"stopped: pass lookup {st.name(code)}"
+    return STATUS_NAMES.get(code, f"unknown:{code}")
+
+
+class Requests(eqx.Module):
+    """A trace as padded arrays, sorted by arrival (ties keep trace order).
+
+    ``materialized`` marks requests whose prompt KV is already present on arrival (the decode worker
+    of a disaggregated deployment): they start decoding without a prefill lookup.
+    """
+
+    arrival_ms: Float64[Array, " N"]
+    input_tokens: Int64[Array, " N"]
+    output_tokens: Int64[Array, " N"]
+    valid: Bool[Array, " N"]
+    materialized: Bool[Array, " N"]
+
+    @property
+    def size(self) -> int:
+        return int(self.arrival_ms.shape[-1])
+
+
+class EngineParams(eqx.Module):
+    """One worker configuration: its compiled round table plus scheduler and KV settings (all traced,
+    so configurations of the same bucket shapes share one compilation and vmap)."""
+
+    table: RoundTable
+    max_num_batched_tokens: Int64[Array, ""]
+    max_num_seqs: Int64[Array, ""]
+    block_size: Int64[Array, ""]
+    num_gpu_blocks: Int64[Array, ""]
+    num_draft_tokens: Int64[Array, ""]
+    accept_rates: Float64[Array, " 5"]
+    max_model_len: Int64[Array, ""]
+    max_passes: Int64[Array, ""]
+
+
+class ReplayResult(eqx.Module):
+    """Per-request outcome (trace order) and per-replay status. Times are absolute milliseconds."""
+
+    first_token_ms: Float64[Array, " N"]
+    second_token_ms: Float64[Array, " N"]
+    last_token_ms: Float64[Array, " N"]
+    output_tokens: Int64[Array, " N"]
+    decode_rounds: Int32[Array, " N"]
+    preemptions: Int32[Array, " N"]
+    admissions: Int32[Array, " N"]
+    token_gap_sq_ms2: Float64[Array, " N"]
+    terminal: Int32[Array, " N"]
+    status: Int32[Array, ""]
+    num_passes: Int64[Array, ""]
+    end_ms: Float64[Array, ""]
+    failed_query: Int64[Array, " 5"]
+    timeline: Float64[Array, "T F"]
+
+
+class _State(eqx.Module):
+    now: Float64[Array, ""]
+    passes: Int64[Array, ""]
+    status: Int32[Array, ""]
+    done_count: Int64[Array, ""]
+    n_run: Int64[Array, ""]
+    n_stk: Int64[Array, ""]
+    admit_ptr: Int64[Array, ""]
+    run: Int64[Array, " S"]
+    stk: Int64[Array, " S"]
+    gen: Int64[Array, " N1"]
+    computed: Int64[Array, " N1"]
+    alloc: Int64[Array, " N1"]
+    first: Float64[Array, " N1"]
+    second: Float64[Array, " N1"]
+    last: Float64[Array, " N1"]
+    gap_sq: Float64[Array, " N1"]
+    rounds: Int32[Array, " N1"]
+    preempt: Int32[Array, " N1"]
+    admits: Int32[Array, " N1"]
+    done: Bool[Array, " N1"]
+    mat: Bool[Array, " N1"]
+    failed: Int64[Array, " 5"]
+    timeline: Float64[Array, "T F"]
+
+
+def _blocks(tokens, block_size):
+    return (tokens + block_size - 1) // block_size
+
+
+def _cumsum_excl(x):
+    return jnp.cumsum(x) - x
+
+
+def _pass_duration_ms(latency_ms: Float64[Array, ""]) -> Float64[Array, ""]:
+    """A lookup latency as the reference's engine clock sees it: rounded to whole nanoseconds
+    (``Duration::from_secs_f64``) and read back as ``secs + nanos / 1e9`` seconds."""
+    # true IEEE divisions: XLA would turn a division by a literal into a multiplication by its reciprocal
+    ms_per_s, ns_per_s = jax.lax.optimization_barrier((jnp.float64(1000.0), jnp.float64(1e9)))
+    ns = jnp.round(latency_ms / ms_per_s * 1e9).astype(jnp.int64)
+    secs = ns // 1_000_000_000
+    nanos = ns - secs * 1_000_000_000
+    return (secs.astype(jnp.float64) + nanos.astype(jnp.float64) / ns_per_s) * 1000.0
+
+
+def _push_stack(stk, n_stk, run_req, lo, hi, S):
+    """Preempt running slots [lo, hi): LIFO, so slot ``lo`` ends on top of the stack (its end)."""
+    slot = jnp.arange(S)
+    moved = (slot >= lo) & (slot < hi)
+    pos = jnp.where(moved, n_stk + (hi - 1 - slot), S)
+    return stk.at[pos].set(run_req, mode="drop"), n_stk + (hi - lo)
+
+
+def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochastic: bool, s: _State) -> _State:
+    S = s.run.shape[0]
+    N = s.gen.shape[0] - 1
+    slot = jnp.arange(S)
+    B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
+
+    # arrivals; an idle engine jumps to the next arrival
+    arrived = jnp.searchsorted(arr_sorted, s.now, side="right")
+    idle = (s.n_run == 0) & (s.n_stk == 0) & (s.admit_ptr >= arrived)
+    now = jnp.where(idle & (s.admit_ptr < n_acc), arr_sorted[jnp.minimum(s.admit_ptr, N - 1)], s.now)
+    arrived = jnp.searchsorted(arr_sorted, now, side="right")
+
+    # ---- running list, in order ----------------------------------------------------------------
+    in_run = slot < s.n_run
+    r = jnp.where(in_run, s.run, N)
+    prompt_r, gen_r, comp_r = prompt[r], s.gen[r], s.computed[r]
+    al_r = jnp.where(in_run, s.alloc[r], 0)
+    len_r = prompt_r + gen_r
+    is_dec = in_run & (gen_r > 0) & (comp_r == len_r - 1)
+    need_tok = jnp.where(in_run, jnp.where(is_dec, K + 1, len_r - comp_r), 0)
+    bud_before = jnp.maximum(B - _cumsum_excl(need_tok), 0)
+    n_tok = jnp.minimum(need_tok, bud_before)
+    live = in_run & (bud_before > 0)
+    target = jnp.where(is_dec, comp_r + 1, comp_r + n_tok)
+    need_blk = jnp.where(live, jnp.maximum(_blocks(target, bs) - al_r, 0), 0)
+    # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
+    cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
+    cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
+    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="scan_unrolled") - 1
+    t_fit = jnp.where(live, jnp.maximum(t_fit, 0), s.n_run)
+    keep_upto = jax.lax.cummin(t_fit)
+    keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
+    sched_run = live & (slot < keep_before) & (t_fit > slot)
+    cut = jnp.minimum(keep_upto[-1], s.n_run)
+    preempted_any = cut < s.n_run
+    pre1 = in_run & (slot >= cut)
+    stk1, n_stk1 = _push_stack(s.stk, s.n_stk, r, cut, s.n_run, S)
+    n_tok = jnp.where(sched_run, n_tok, 0)
+    al_r = jnp.where(sched_run, al_r + need_blk, al_r)
+
+    # ---- waiting queue: preempted stack (top first), then fresh arrivals ------------------------
+    from_stk = slot < n_stk1
+    c = jnp.where(from_stk, stk1[jnp.clip(n_stk1 - 1 - slot, 0, S - 1)], s.admit_ptr + (slot - n_stk1))
+    c_ok = from_stk | (c < arrived)
+    c = jnp.where(c_ok, c, N)
+    c_mat = c_ok & s.mat[c]
+    c_len = prompt[c] + s.gen[c]
+    c_need = jnp.where(c_mat, K + 1, c_len)
+    c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
+    c_n = jnp.minimum(c_need, c_bud)
+    c_blk = _blocks(jnp.where(c_mat, c_len, c_n), bs)
+    free0 = NB - jnp.sum(jnp.where(slot < cut, al_r, 0))
+    c_fit = _blocks(c_len, bs) <= free0 - _cumsum_excl(c_blk)
+    ok = c_ok & c_fit & (cut + slot < p.max_num_seqs) & (c_n > 0) & ~preempted_any
+    adm = jnp.cumprod(ok.astype(jnp.int32)) > 0
+    n_adm = jnp.sum(adm)
+    n_from_stk = jnp.minimum(n_adm, n_stk1)
+    n_stk2 = n_stk1 - n_from_stk
+    admit_ptr = s.admit_ptr + (n_adm - n_from_stk)
+
+    # ---- the scheduled list: kept running slots, then admissions --------------------------------
+    k = jnp.clip(slot - cut, 0, S - 1)
+    is_new = (slot >= cut) & (slot < cut + n_adm)
+    n_run2 = cut + n_adm
+    in2 = slot < n_run2
+    req2 = jnp.where(slot < cut, r, jnp.where(is_new, c[k], N))
+    sched2 = jnp.where(slot < cut, sched_run, is_new)
+    dec2 = jnp.where(slot < cut, is_dec & sched_run, is_new & c_mat[k])
+    prompt2, gen2, out2 = prompt[req2], s.gen[req2], out[req2]
+    len2 = prompt2 + gen2
+    comp_before = jnp.where(slot < cut, comp_r, jnp.where(c_mat[k], len2 - 1, 0))
+    n_comp = jnp.where(slot < cut, jnp.where(is_dec, 0, n_tok), jnp.where(c_mat[k], 0, c_n[k]))
+    n_comp = jnp.where(sched2, n_comp, 0)
+    alloc2 = jnp.where(slot < cut, al_r, jnp.where(is_new, c_blk[k], 0))
+
+    pb = jnp.minimum(comp_before, prompt2)
+    ptok_i = jnp.where(sched2 & ~dec2, jnp.minimum(comp_before + n_comp, prompt2) - pb, 0)
+    has_p = ptok_i > 0
+    np_ = jnp.sum(has_p).astype(jnp.int64)
+    ptok = jnp.sum(ptok_i)
+    pkv = jnp.sum(jnp.where(has_p, pb, 0))
+    comp2 = comp_before + n_comp
+
+    # ---- speculative reservation for the round's bursts -----------------------------------------
+    ready = in2 & sched2 & (gen2 < out2) & (dec2 | (comp2 == len2))
+    rb = jnp.where(dec2, jnp.minimum(K + 1, out2 - gen2), 1)
+    req_blk = jnp.where(ready, _blocks(len2 + rb, bs) - _blocks(len2, bs), 0)
+    cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
+    ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
+    fits = (cr + ca <= NB) & (jnp.arange(S + 1) <= n_run2)
+    t_star = jnp.where(K > 0, jnp.sum(fits) - 1, n_run2)
+    pre2 = in2 & (slot >= t_star)
+    stk3, n_stk3 = _push_stack(stk1, n_stk2, req2, t_star, n_run2, S)
+    ready = ready & (slot < t_star)
+    n_run3 = t_star
+
+    dready = ready & (gen2 > 0)
+    nd = jnp.sum(dready).astype(jnp.int64)
+    dkv = jnp.sum(jnp.where(dready, len2 - 1, 0))
+
+    lp, cp = prefill_latency_ms(p.table, np_, ptok, pkv)
+    ld, cd = decode_latency_ms(p.table, nd, dkv)
+    bad_p = (np_ > 0) & (cp >= st.FIRST_UNSUPPORTED)
+    bad_d = (nd > 0) & (cd >= st.FIRST_UNSUPPORTED)
+    bad = bad_p | bad_d
+    p_ms = jnp.where((np_ > 0) & ~bad, _pass_duration_ms(jnp.where(bad_p, 0.0, lp)), 0.0)
+    d_ms = jnp.where((nd > 0) & ~bad, _pass_duration_ms(jnp.where(bad_d, 0.0, ld)), 0.0)
+    end = (now + p_ms) + d_ms
+
+
+    # ---- emission: all tokens of the pass are stamped at its end --------------------------------
+    ready = ready & ~bad
+    firsts = ready & (gen2 == 0)
+    if stochastic:
+        pass_key = jax.random.fold_in(key, s.passes)
+        keys = jax.vmap(lambda i: jax.random.fold_in(pass_key, i))(req2)
+        sampled = jax.vmap(sample_burst, in_axes=(0, None, None, 0))(keys, p.accept_rates, K, out2 - gen2)
+    else:  # every rate is 0 or 1: the chained trials are certain
+        certain = (p.accept_rates >= 1.0) & (jnp.arange(MAX_DRAFT_TOKENS) < K)
+        sampled = jnp.minimum(1 + jnp.sum(jnp.cumprod(certain.astype(jnp.int64))), out2 - gen2)
+    burst = jnp.where(firsts | (comp2 == len2), 1, sampled)
+    gen3 = gen2 + jnp.where(ready, burst, 0)
+    comp3 = jnp.where(ready, prompt2 + gen3 - 1, comp2)
+    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, _blocks(prompt2 + gen3, bs)), alloc2)
+    done = ready & (gen3 >= out2)
+    alloc3 = jnp.where(done, 0, alloc3)
+    prev_first, prev_second, prev_last = s.first[req2], s.second[req2], s.last[req2]
+    seen = ~jnp.isnan(prev_first)
+    gap = jnp.where(ready & seen, end - prev_last, 0.0)
+    first3 = jnp.where(ready & ~seen, end, prev_first)
+    second3 = jnp.where(ready & seen & jnp.isnan(prev_second), end, prev_second)
+    last3 = jnp.where(ready, end, prev_last)
+
+    # slots [0, n_run3) stay scheduled; preempted slots lose their KV and are recomputed later
+    pre = jnp.concatenate([pre1, pre2])
+    pre_req = jnp.where(pre, jnp.concatenate([r, req2]), N)
+    live2 = in2 & ~pre2
+    idx = jnp.where(live2, req2, N)
+    gen = s.gen.at[idx].set(gen3)
+    computed = s.computed.at[idx].set(comp3).at[pre_req].set(0)
+    alloc = s.alloc.at[idx].set(alloc3).at[pre_req].set(0)
+    preempt = s.preempt.at[pre_req].add(1)
+    admits = s.admits.at[jnp.where(is_new, req2, N)].add(1)
+    mat = s.mat.at[jnp.where(is_new | pre2, req2, N)].set(False).at[pre_req].set(False)
+    first = s.first.at[idx].set(first3)
+    second = s.second.at[idx].set(second3)
+    last = s.last.at[idx].set(last3)
+    gap_sq = s.gap_sq.at[idx].add(gap * gap)
+    rounds = s.rounds.at[jnp.where(dready, req2, N)].add(1)
+    done_arr = s.done.at[jnp.where(done, req2, N)].set(True)
+
+    keep = live2 & ~done
+    pos = jnp.where(keep, jnp.cumsum(keep) - 1, S)
+    run = jnp.full((S,), N, jnp.int64).at[pos].set(req2, mode="drop")
+    n_run = jnp.sum(keep).astype(jnp.int64)
+
+    progress = (jnp.sum(pre) > 0) | (n_adm > 0) | jnp.any(sched2) | jnp.any(ready)
+    status = jnp.where(bad, jnp.where(bad_p, cp, cd), jnp.where(progress, RUNNING, STALLED)).astype(jnp.int32)
+    failed = jnp.where(bad, jnp.stack([np_, ptok, pkv, nd, dkv]), s.failed)
+    done_count = s.done_count + jnp.sum(done)
+    status = jnp.where((status == RUNNING) & (done_count >= n_acc), COMPLETED, status).astype(jnp.int32)
+
+    timeline = s.timeline
+    if timeline.shape[0] > 0:
+        row = jnp.stack([
+            now, end, n_run.astype(jnp.float64), (n_stk3 + arrived - admit_ptr).astype(jnp.float64),
+            np_.astype(jnp.float64), ptok.astype(jnp.float64), pkv.astype(jnp.float64), nd.astype(jnp.float64),
+            dkv.astype(jnp.float64), jnp.sum(jnp.where(keep, alloc3, 0)).astype(jnp.float64),
+            jnp.sum(pre).astype(jnp.float64),
+        ])
+        timeline = timeline.at[s.passes].set(row, mode="drop")
+
+    return _State(
+        now=jnp.where(bad, now, end), passes=s.passes + 1, status=status, done_count=done_count,
+        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, gen=gen, computed=computed,
+        alloc=alloc, first=first, second=second, last=last, gap_sq=gap_sq, rounds=rounds, preempt=preempt,
+        admits=admits, done=done_arr, mat=mat, failed=failed, timeline=timeline,
+    )
+
+
+def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
+    """Requests the worker can ever run: a prompt shorter than max_model_len whose blocks fit the pool
+    (the reference rejects the others when they reach the queue head)."""
+    return rq.valid & (rq.input_tokens < p.max_model_len) & (_blocks(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
+
+
+def replay(
+    p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
+) -> ReplayResult:
+    """Replay one trace on one worker configuration (pure; vmap over ``p``/``key`` at the call site).
+
+    Static: ``slots`` bounds ``max_num_seqs``; ``stochastic=False`` is allowed when every acceptance
+    rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
+    that many passes of per-pass records (0: none).
+    """
+    N = rq.arrival_ms.shape[0]
+    acc = accepted_mask(p, rq)
+    order = jnp.argsort(~acc, stable=True)
+    n_acc = jnp.sum(acc).astype(jnp.int64)
+    arr_sorted = jnp.where(acc[order], rq.arrival_ms[order], jnp.inf)
+    pad1 = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])
+    prompt = pad1(rq.input_tokens[order].astype(jnp.int64), 0)
+    room = jnp.maximum(p.max_model_len - prompt, 0)
+    out = jnp.minimum(pad1(rq.output_tokens[order].astype(jnp.int64), 0), room)
+    mat = pad1(rq.materialized[order] & acc[order], False)
+    S = int(slots)
+    nan = jnp.full((N + 1,), jnp.nan)
+    z64 = jnp.zeros((N + 1,), jnp.int64)
+    z32 = jnp.zeros((N + 1,), jnp.int32)
+    s0 = _State(
+        now=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), status=jnp.asarray(RUNNING, jnp.int32),
+        done_count=jnp.asarray(0, jnp.int64), n_run=jnp.asarray(0, jnp.int64), n_stk=jnp.asarray(0, jnp.int64),
+        admit_ptr=jnp.asarray(0, jnp.int64), run=jnp.full((S,), N, jnp.int64), stk=jnp.full((S,), N, jnp.int64),
+        gen=jnp.where(mat, 1, z64), computed=jnp.where(mat, prompt, z64), alloc=z64, first=nan, second=nan, last=nan,
+        gap_sq=jnp.zeros((N + 1,)), rounds=z32, preempt=z32, admits=z32, done=jnp.zeros((N + 1,), bool), mat=mat,
+        failed=jnp.zeros((5,), jnp.int64), timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
+    )
+    s0 = eqx.tree_at(lambda s: s.status, s0, jnp.where(n_acc == 0, COMPLETED, RUNNING).astype(jnp.int32))
+
+    def cond(s):
+        return (s.status == RUNNING) & (s.passes < p.max_passes)
+
+    body = partial(_engine_pass, p, prompt, out, arr_sorted, n_acc, key, bool(stochastic))
+    s = jax.lax.while_loop(cond, body, s0)
+    status = jnp.where(s.status == RUNNING, PASS_LIMIT, s.status).astype(jnp.int32)
+
+    inv = jnp.zeros((N,), jnp.int64).at[order].set(jnp.arange(N))
+    terminal = jnp.where(s.done[:N], DONE, UNFINISHED)
+    terminal = jnp.where(acc[order], terminal, REJECTED)[inv]
+    terminal = jnp.where(rq.valid, terminal, REJECTED).astype(jnp.int32)
+    g = lambda a: a[:N][inv]
+    return ReplayResult(
+        first_token_ms=g(s.first), second_token_ms=g(s.second), last_token_ms=g(s.last),
+        output_tokens=g(s.gen), decode_rounds=g(s.rounds), preemptions=g(s.preempt), admissions=g(s.admits),
+        token_gap_sq_ms2=g(s.gap_sq), terminal=terminal, status=status, num_passes=s.passes,
+        end_ms=jnp.nanmax(jnp.where(terminal == DONE, g(s.last), jnp.nan), initial=0.0),
+        failed_query=s.failed, timeline=s.timeline,
+    )
+
+
+replay_jit = jax.jit(replay, static_argnames=("slots", "stochastic", "timeline_len"))
+
+
+def make_params(
+    table: RoundTable,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    block_size: int,
+    num_gpu_blocks: int,
+    num_draft_tokens: int = 0,
+    accept_rates=None,
+    max_model_len: int,
+    max_passes: int = 10_000_000,
+) -> EngineParams:
+    """Validated :class:`EngineParams` for one worker (plain Python checks before any jit)."""
+    ints = dict(
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+        num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len, max_passes=max_passes,
+    )
+    for name, v in ints.items():
+        if isinstance(v, bool) or int(v) != v or int(v) < 1:
+            raise ValueError(f"{name}={v!r} must be an integer >= 1")
+    k = int(num_draft_tokens)
+    if not 0 <= k <= MAX_DRAFT_TOKENS:
+        raise ValueError(f"num_draft_tokens={num_draft_tokens!r} must be within 0..{MAX_DRAFT_TOKENS}")
+    rates = np.zeros(MAX_DRAFT_TOKENS) if accept_rates is None else np.asarray(accept_rates, dtype=np.float64).reshape(-1)
+    if rates.shape != (MAX_DRAFT_TOKENS,) or not np.all((rates >= 0) & (rates <= 1)):
+        raise ValueError(f"accept_rates must be {MAX_DRAFT_TOKENS} probabilities in [0, 1] (pad with acceptance.pad_rates)")
+    rates = np.where(np.arange(MAX_DRAFT_TOKENS) < k, rates, 0.0)
+    i64 = lambda v: jnp.asarray(int(v), jnp.int64)
+    return EngineParams(
+        table=table, max_num_batched_tokens=i64(max_num_batched_tokens), max_num_seqs=i64(max_num_seqs),
+        block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
+        accept_rates=jnp.asarray(rates), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
+    )
+
+
+def is_stochastic(accept_rates) -> bool:
+    """True when some acceptance rate is strictly between 0 and 1 (bursts must be sampled)."""
+    r = np.asarray(accept_rates, dtype=np.float64)
+    return bool(np.any((r > 0) & (r < 1)))
+
+
+def slot_bucket(max_num_seqs: int) -> int:
+    """Static running-list capacity for ``max_num_seqs`` (powers of two, at least 8)."""
+    return max(8, 1 << max(0, int(max_num_seqs) - 1).bit_length())

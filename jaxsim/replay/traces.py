@@ -1,0 +1,398 @@
+"""Request traces: loaders for public trace formats, synthetic arrivals, and bundled excerpts.
+
+A :class:`Trace` is three aligned arrays sorted by arrival (stable: ties keep file order): arrival times
+in milliseconds from the first request, input (prompt) tokens and output tokens. Every malformed row
+raises a one-line :class:`~jaxsim.errors.QueryError` naming the file and the 1-based data row.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from jaxsim.errors import QueryError
+
+FORMATS = ("azure", "mooncake", "csv", "jsonl")
+_BUNDLED = {
+    "azure_code_1k": ("azure_code_1k.csv", "azure"),
+    "azure_conv_1k": ("azure_conv_1k.csv", "azure"),
+    "mooncake_conversation_1k": ("mooncake_conversation_1k.jsonl", "mooncake"),
+    "mooncake_tiny": ("mooncake_tiny.jsonl", "mooncake"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Requests sorted by arrival. ``row`` is each request's 0-based position in the source."""
+
+    name: str
+    arrival_ms: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    row: np.ndarray
+    source: str = ""
+
+    def __len__(self) -> int:
+        return int(self.arrival_ms.shape[0])
+
+    @property
+    def duration_ms(self) -> float:
+        return float(self.arrival_ms[-1] - self.arrival_ms[0]) if len(self) else 0.0
+
+    def requests(self, pad_to: int | None = None, materialized: bool = False):
+        """Padded engine input (:class:`jaxsim.replay.engine.Requests`); ``pad_to`` defaults to the
+        bucket of the trace length (powers of two, at least 16)."""
+        import jax.numpy as jnp
+
+        from jaxsim.replay.engine import Requests
+
+        n = len(self)
+        size = request_bucket(n) if pad_to is None else int(pad_to)
+        if size < n:
+            raise QueryError(f"{self.name}: {n} requests do not fit pad_to={size}")
+        pad = size - n
+        return Requests(
+            arrival_ms=jnp.asarray(np.concatenate([self.arrival_ms, np.full(pad, np.inf)])),
+            input_tokens=jnp.asarray(np.concatenate([self.input_tokens, np.ones(pad, np.int64)])),
+            output_tokens=jnp.asarray(np.concatenate([self.output_tokens, np.ones(pad, np.int64)])),
+            valid=jnp.asarray(np.arange(size) < n),
+            materialized=jnp.full((size,), bool(materialized)),
+        )
+
+    def head(self, max_requests: int) -> "Trace":
+        """The first ``max_requests`` requests."""
+        k = max(0, int(max_requests))
+        return Trace(self.name, self.arrival_ms[:k], self.input_tokens[:k], self.output_tokens[:k], self.row[:k], self.source)
+
+    def scaled(self, time_scale: float) -> "Trace":
+        """Arrival times multiplied by ``time_scale`` (> 1 slows the trace down, < 1 compresses it)."""
+        if not (math.isfinite(time_scale) and time_scale > 0):
+            raise QueryError(f"{self.name}: time_scale={time_scale} must be a positive finite number")
+        return Trace(self.name, self.arrival_ms * float(time_scale), self.input_tokens, self.output_tokens, self.row, self.source)
+
+    def window(self, max_duration_ms: float) -> "Trace":
+        """Requests arriving within ``max_duration_ms`` of the first arrival."""
+        keep = self.arrival_ms - (self.arrival_ms[0] if len(self) else 0.0) <= float(max_duration_ms)
+        return Trace(self.name, self.arrival_ms[keep], self.input_tokens[keep], self.output_tokens[keep], self.row[keep], self.source)
+
+
+def request_bucket(n: int, minimum: int = 16) -> int:
+    """Padded request capacity: the next power of two (so similar traces share one compilation)."""
+    return max(int(minimum), 1 << max(0, int(n) - 1).bit_length())
+
+
+def make_trace(name: str, arrival_ms, input_tokens, output_tokens, *, source: str = "", rebase: bool = True) -> Trace:
+    """Validate and sort a trace given as arrays (rows are reported 1-based)."""
+    arr = np.asarray(arrival_ms, dtype=np.float64).reshape(-1)
+    inp = np.asarray(input_tokens).reshape(-1)
+    out = np.asarray(output_tokens).reshape(-1)
+    if not (arr.shape == inp.shape == out.shape):
+        raise QueryError(f"{name}: arrival_ms, input_length and output_length differ in length")
+    for label, col in (("input_length", inp), ("output_length", out)):
+        bad = ~np.isfinite(col.astype(np.float64)) | (col.astype(np.float64) != np.round(col.astype(np.float64))) | (col < 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise QueryError(f"{name}: row {i + 1}: {label}={col[i]!r} must be an integer >= 1")
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise QueryError(f"{name}: row {i + 1}: arrival time {arr[i]!r} must be a finite number >= 0")
+    order = np.argsort(arr, kind="stable")
+    arr = arr[order]
+    if rebase and arr.size:
+        arr = arr - arr[0]
+    return Trace(name, arr, inp[order].astype(np.int64), out[order].astype(np.int64), order.astype(np.int64), source)
+
+
+# ----------------------------------------------------------------------------------------------------
+# file formats
+
+
+def _int_field(value, where: str, field: str) -> int:
+    if isinstance(value, bool):
+        raise QueryError(f"{where}: {field}={value!r} must be an integer")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise QueryError(f"{where}: {field}={value!r} must be an integer") from None
+    if not math.isfinite(f) or f != round(f):
+        raise QueryError(f"{where}: {field}={value!r} must be an integer")
+    return int(f)
+
+
+def _float_field(value, where: str, field: str) -> float:
+    if isinstance(value, bool):
+        raise QueryError(f"{where}: {field}={value!r} must be a number")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise QueryError(f"{where}: {field}={value!r} must be a number") from None
+    if not math.isfinite(f):
+        raise QueryError(f"{where}: {field}={value!r} must be finite")
+    return f
+
+
+_AZURE_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d+))?$")
+
+
+def _azure_ns(text: str, where: str) -> int:
+    """Integer nanoseconds since the epoch (exact, so differences keep every digit)."""
+    m = _AZURE_TS.match(str(text).strip())
+    if not m:
+        raise QueryError(f"{where}: TIMESTAMP={text!r} is not 'YYYY-MM-DD HH:MM:SS[.fraction]'")
+    try:
+        base = datetime.fromisoformat(m.group(1).replace("T", " "))
+    except ValueError:
+        raise QueryError(f"{where}: TIMESTAMP={text!r} is not a valid date and time") from None
+    frac = (m.group(2) or "0")[:9].ljust(9, "0")
+    return calendar.timegm(base.timetuple()) * 1_000_000_000 + int(frac)
+
+
+def _read_csv_rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields = [c.strip() for c in (reader.fieldnames or [])]
+        missing = [c for c in required if c not in fields]
+        if missing:
+            raise QueryError(f"{path}: missing column {missing[0]!r} (columns: {', '.join(fields) or 'none'})")
+        reader.fieldnames = fields
+        return [(i + 1, row) for i, row in enumerate(reader)]
+
+
+def read_azure_csv(path: str | os.PathLike) -> Trace:
+    """Azure LLM inference trace 2023: ``TIMESTAMP, ContextTokens, GeneratedTokens``."""
+    path = Path(path)
+    rows = _read_csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+    ns, inp, out = [], [], []
+    for i, row in rows:
+        where = f"{path}: row {i}"
+        ns.append(_azure_ns(row["TIMESTAMP"], where))
+        inp.append(_int_field(row["ContextTokens"], where, "ContextTokens"))
+        out.append(_int_field(row["GeneratedTokens"], where, "GeneratedTokens"))
+    t0 = min(ns) if ns else 0
+    arr = [(t - t0) / 1e6 for t in ns]
+    try:
+        return make_trace(path.stem, arr, inp, out, source=str(path))
+    except QueryError as exc:
+        raise QueryError(str(exc).replace(f"{path.stem}: ", f"{path}: ", 1)) from None
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise QueryError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise QueryError(f"{path}: row {i}: expected a JSON object")
+            rows.append((i, obj))
+    return rows
+
+
+def _from_records(path: Path, rows, time_key: str, in_key: str, out_key: str) -> Trace:
+    arr, inp, out = [], [], []
+    for i, obj in rows:
+        where = f"{path}: row {i}"
+        for key in (time_key, in_key, out_key):
+            if key not in obj or obj[key] in ("", None):
+                raise QueryError(f"{where}: missing field {key!r}")
+        arr.append(_float_field(obj[time_key], where, time_key))
+        inp.append(_int_field(obj[in_key], where, in_key))
+        out.append(_int_field(obj[out_key], where, out_key))
+    try:
+        return make_trace(path.stem, arr, inp, out, source=str(path))
+    except QueryError as exc:  # name the file, not just the trace
+        raise QueryError(str(exc).replace(f"{path.stem}: ", f"{path}: ", 1)) from None
+
+
+def read_mooncake_jsonl(path: str | os.PathLike) -> Trace:
+    """Mooncake trace: JSONL with ``timestamp`` (ms), ``input_length``, ``output_length`` (``hash_ids``
+    is read past: prefix caching is not modelled)."""
+    path = Path(path)
+    return _from_records(path, _read_jsonl(path), "timestamp", "input_length", "output_length")
+
+
+def read_plain_jsonl(path: str | os.PathLike) -> Trace:
+    """Plain JSONL: ``arrival_ms``, ``input_length``, ``output_length``."""
+    path = Path(path)
+    return _from_records(path, _read_jsonl(path), "arrival_ms", "input_length", "output_length")
+
+
+def read_plain_csv(path: str | os.PathLike) -> Trace:
+    """Plain CSV: ``arrival_ms, input_length, output_length``."""
+    path = Path(path)
+    return _from_records(path, _read_csv_rows(path, ("arrival_ms", "input_length", "output_length")), "arrival_ms", "input_length", "output_length")
+
+
+_READERS: dict[str, Callable[[Path], Trace]] = {
+    "azure": read_azure_csv, "mooncake": read_mooncake_jsonl, "csv": read_plain_csv, "jsonl": read_plain_jsonl,
+}
+
+
+def sniff_format(path: str | os.PathLike) -> str:
+    """Guess a trace file's format from its header / first record."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        first = ""
+        for line in f:
+            if line.strip():
+                first = line.strip()
+                break
+    if first.startswith("{"):
+        try:
+            keys = set(json.loads(first))
+        except json.JSONDecodeError:
+            raise QueryError(f"{path}: row 1: invalid JSON") from None
+        return "mooncake" if "timestamp" in keys else "jsonl"
+    header = {c.strip() for c in first.split(",")}
+    if "TIMESTAMP" in header:
+        return "azure"
+    if "arrival_ms" in header:
+        return "csv"
+    raise QueryError(f"{path}: unknown trace format (expected an Azure CSV, a Mooncake JSONL or arrival_ms/input_length/output_length)")
+
+
+def list_traces() -> list[str]:
+    """Names of the bundled traces (see ``jaxsim/data/traces/README.md`` for sources and licences)."""
+    return sorted(_BUNDLED)
+
+
+def bundled_trace_path(name: str) -> Path:
+    return Path(str(resources.files("jaxsim").joinpath("data", "traces", _BUNDLED[name][0])))
+
+
+def load_trace(
+    name_or_path: str | os.PathLike,
+    *,
+    fmt: str | None = None,
+    time_scale: float = 1.0,
+    max_requests: int | None = None,
+    max_duration_ms: float | None = None,
+) -> Trace:
+    """Load a bundled trace by name or a trace file (format sniffed unless ``fmt`` is one of
+    ``azure | mooncake | csv | jsonl``), then truncate and scale arrival times."""
+    key = str(name_or_path)
+    if key in _BUNDLED:
+        path, kind = bundled_trace_path(key), _BUNDLED[key][1]
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise QueryError(f"{path}: no such trace file or bundled trace (bundled: {', '.join(list_traces())})")
+        kind = fmt or sniff_format(path)
+    if kind not in _READERS:
+        raise QueryError(f"{path}: unknown trace format {kind!r} (one of {', '.join(FORMATS)})")
+    trace = _READERS[kind](path)
+    if key in _BUNDLED:
+        trace = Trace(key, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source)
+    if len(trace) == 0:
+        raise QueryError(f"{path}: the trace has no requests")
+    if max_duration_ms is not None:
+        trace = trace.window(max_duration_ms)
+    if max_requests is not None:
+        if int(max_requests) < 1:
+            raise QueryError(f"{path}: max_requests={max_requests} must be >= 1")
+        trace = trace.head(max_requests)
+    if time_scale != 1.0:
+        trace = trace.scaled(time_scale)
+    return trace
+
+
+def write_trace_csv(trace: Trace, path: str | os.PathLike) -> None:
+    """Write a trace in the plain CSV format (``arrival_ms,input_length,output_length``)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["arrival_ms", "input_length", "output_length"])
+        for a, i, o in zip(trace.arrival_ms, trace.input_tokens, trace.output_tokens):
+            w.writerow([repr(float(a)), int(i), int(o)])
+
+
+# ----------------------------------------------------------------------------------------------------
+# synthetic traces
+
+
+def sample_lengths(spec, n: int, rng: np.random.Generator, *, what: str = "length") -> np.ndarray:
+    """Draw ``n`` token counts (integers >= 1) from a length spec: an int, ``fixed:N``,
+    ``uniform:LO:HI`` (inclusive), ``normal:MEAN:STD``, ``lognormal:MEAN:CV``, ``exponential:MEAN``,
+    or a sequence of values to resample."""
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        spec = f"fixed:{int(spec)}"
+    if not isinstance(spec, str):
+        pool = np.asarray(spec, dtype=np.int64).reshape(-1)
+        if pool.size == 0 or (pool < 1).any():
+            raise QueryError(f"{what}: an empirical length pool must be non-empty integers >= 1")
+        return rng.choice(pool, size=n, replace=True)
+    parts = spec.split(":")
+    kind, args = parts[0], parts[1:]
+    try:
+        vals = [float(a) for a in args]
+    except ValueError:
+        raise QueryError(f"{what}: {spec!r}: arguments must be numbers") from None
+    arity = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exponential": 1}
+    if kind not in arity:
+        raise QueryError(f"{what}: {spec!r}: unknown distribution (fixed, uniform, normal, lognormal, exponential)")
+    if len(vals) != arity[kind] or not all(math.isfinite(v) for v in vals):
+        raise QueryError(f"{what}: {spec!r}: {kind} takes {arity[kind]} finite argument(s)")
+    if kind == "fixed":
+        x = np.full(n, vals[0])
+    elif kind == "uniform":
+        if vals[1] < vals[0]:
+            raise QueryError(f"{what}: {spec!r}: uniform needs LO <= HI")
+        x = rng.integers(int(vals[0]), int(vals[1]) + 1, size=n)
+    elif kind == "normal":
+        x = rng.normal(vals[0], vals[1], size=n)
+    elif kind == "lognormal":
+        mean, cv = vals
+        if mean <= 0 or cv < 0:
+            raise QueryError(f"{what}: {spec!r}: lognormal needs MEAN > 0 and CV >= 0")
+        sigma = math.sqrt(math.log1p(cv * cv))
+        x = rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma, size=n)
+    else:
+        if vals[0] <= 0:
+            raise QueryError(f"{what}: {spec!r}: exponential needs MEAN > 0")
+        x = rng.exponential(vals[0], size=n)
+    return np.maximum(np.round(x), 1).astype(np.int64)
+
+
+def _interarrivals(n: int, rate_rps: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    if not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise QueryError(f"rate_rps={rate_rps} must be a positive finite number")
+    if not (math.isfinite(cv) and cv > 0):
+        raise QueryError(f"cv={cv} must be a positive finite number")
+    mean_ms = 1000.0 / rate_rps
+    shape = 1.0 / (cv * cv)
+    return rng.gamma(shape, mean_ms / shape, size=n)
+
+
+def poisson_trace(n: int, rate_rps: float, input_len="fixed:1024", output_len="fixed:128", *, seed: int = 0, name: str = "poisson") -> Trace:
+    """``n`` requests with Poisson arrivals at ``rate_rps`` (first at 0 ms) and sampled lengths."""
+    return gamma_trace(n, rate_rps, 1.0, input_len, output_len, seed=seed, name=name)
+
+
+def gamma_trace(
+    n: int, rate_rps: float, cv: float, input_len="fixed:1024", output_len="fixed:128", *, seed: int = 0, name: str = "gamma"
+) -> Trace:
+    """``n`` requests with gamma inter-arrival times (mean 1/rate, coefficient of variation ``cv``;
+    cv = 1 is Poisson, > 1 burstier) and sampled lengths; numpy RNG seeded by ``seed``."""
+    if int(n) < 1:
+        raise QueryError(f"n={n} must be >= 1")
+    rng = np.random.default_rng(seed)
+    gaps = _interarrivals(int(n), float(rate_rps), float(cv), rng)
+    arr = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+    inp = sample_lengths(input_len, int(n), rng, what="input_len")
+    out = sample_lengths(output_len, int(n), rng, what="output_len")
+    return make_trace(name, arr, inp, out, source=f"{name}(n={n}, rate_rps={rate_rps}, cv={cv}, seed={seed})")

@@ -1,0 +1,216 @@
+"""Shared helpers for the replay tests: golden cases, golden tables and a plain-Python oracle.
+
+The oracle is a direct, per-request transcription of the scheduler rules in
+``jaxsim/replay/engine.py`` (lists and loops, no vectorization); its latencies come from the same
+compiled kernels. It exists to check the vectorized JAX engine on random traces.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+
+from jaxsim.kernels.acceptance import pad_rates, rates_from_accepted
+from jaxsim.kernels.capacity import kv_blocks, kv_tokens
+from jaxsim.kernels.rounds import compile_round_table, decode_batch, prefill_batch
+from jaxsim.profile import load_profile_dir
+from jaxsim.replay.batch import common_tables
+from jaxsim.replay.engine import make_params
+from jaxsim.replay.traces import make_trace
+
+GOLDENS = Path(__file__).parent / "goldens" / "public"
+TABLES = ("ar_core", "sd_k2", "sd_k3")
+SLOTS = 16
+PAD = 16
+
+
+@functools.lru_cache(maxsize=1)
+def replay_golden() -> dict:
+    return json.loads((GOLDENS / "replay.json").read_text())
+
+
+def replay_cases() -> list[dict]:
+    return replay_golden()["cases"]
+
+
+@functools.lru_cache(maxsize=None)
+def golden_table(name: str):
+    bundle = load_profile_dir(GOLDENS / "tables" / name)
+    dep = bundle.profile.deployments[0]
+    ep = dep.execution_profile
+    k = ep.num_draft_tokens if ep is not None else 0
+    return compile_round_table(bundle.cell(dep), speculative=ep is not None, num_draft_tokens=k)
+
+
+@functools.lru_cache(maxsize=1)
+def padded_tables() -> dict:
+    """The golden tables padded to one shape (one compilation serves every case)."""
+    return dict(zip(TABLES, common_tables([golden_table(t) for t in TABLES])))
+
+
+def case_rates(case: dict) -> np.ndarray:
+    es = case["engine_settings"]
+    k = es["nextn"] or 0
+    return pad_rates(rates_from_accepted(es["nextn_accepted"], k)) if k else np.zeros(5)
+
+
+def case_blocks(case: dict) -> int:
+    es = case["engine_settings"]
+    return int(kv_blocks(kv_tokens(np.int64(es["kv_cache_bytes"]), np.int64(es["kv_bytes_per_token"])), np.int64(es["block_size"])))
+
+
+def case_params(case: dict, *, padded: bool = True, **overrides):
+    es = case["engine_settings"]
+    table = padded_tables()[case["table"]] if padded else golden_table(case["table"])
+    kw = dict(
+        max_num_batched_tokens=es["max_num_batched_tokens"], max_num_seqs=es["max_num_seqs"],
+        block_size=es["block_size"], num_gpu_blocks=case_blocks(case), num_draft_tokens=es["nextn"] or 0,
+        accept_rates=case_rates(case), max_model_len=es["context_length"],
+    )
+    kw.update(overrides)
+    return make_params(table, **kw)
+
+
+def case_trace(case: dict):
+    reqs = case["requests"]
+    return make_trace(
+        case["id"], [r["arrival_time_ms"] for r in reqs], [r["input_length"] for r in reqs],
+        [r["output_length"] for r in reqs], rebase=False,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# plain-Python oracle (deterministic acceptance: every rate 0 or 1)
+
+
+def _dur(ms: float) -> float:
+    ns = round(ms / 1000.0 * 1e9)
+    return (ns // 1_000_000_000 + (ns % 1_000_000_000) / 1e9) * 1000.0
+
+
+class _Req:
+    def __init__(self, i, arrival, prompt, out):
+        self.i, self.arrival, self.prompt, self.out = i, arrival, prompt, out
+        self.gen = self.computed = self.alloc = 0
+        self.first = self.second = self.last = None
+        self.preempt = self.admits = self.rounds = 0
+
+    @property
+    def length(self):
+        return self.prompt + self.gen
+
+
+def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks,
+                  num_draft_tokens, accept_rates, max_model_len, max_passes=100_000):
+    """Replay ``trace`` one request at a time; returns (per-request dict list, lookups, status)."""
+    K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
+    rates = np.asarray(accept_rates)[:K]
+    assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
+    run_len = int(np.cumprod(rates == 1).sum()) + 1 if K else 1
+    blocks = lambda n: -(-n // bs)
+    reqs = [_Req(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(trace.arrival_ms, trace.input_tokens, trace.output_tokens))]
+    rejected = {r.i for r in reqs if r.prompt >= max_model_len or blocks(r.prompt) > NB}
+    for r in reqs:
+        r.out = min(r.out, max_model_len - r.prompt) if r.i not in rejected else r.out
+    pending = [r for r in reqs if r.i not in rejected]
+    waiting, running, lookups = [], [], []
+    now, passes, status = 0.0, 0, "completed"
+    free = lambda: NB - sum(r.alloc for r in running)
+
+    def preempt_tail():
+        v = running.pop()
+        v.alloc = v.computed = 0
+        v.preempt += 1
+        waiting.insert(0, v)
+        return v
+
+    while pending or waiting or running:
+        if passes >= max_passes:
+            return reqs, lookups, "pass_limit"
+        while pending and pending[0].arrival <= now:
+            waiting.append(pending.pop(0))
+        if not waiting and not running:
+            now = pending[0].arrival
+            continue
+        budget, sched, preempted = B, {}, False
+        idx = 0
+        while idx < len(running) and budget > 0:
+            r = running[idx]
+            decode = r.gen > 0 and r.computed == r.length - 1
+            n = min(K + 1, budget) if decode else min(r.length - r.computed, budget)
+            need = max(blocks(r.computed + (1 if decode else n)) - r.alloc, 0)
+            while need > free() and r in running:
+                preempt_tail()
+                preempted = True
+            if r not in running:
+                break
+            r.alloc += need
+            sched[r] = ("d" if decode else "p", n, r.computed)
+            budget -= n
+            idx += 1
+        if not preempted:
+            while waiting and len(running) < S:
+                r = waiting[0]
+                n = min(r.length, budget)
+                if blocks(r.length) > free() or n == 0:
+                    break
+                waiting.pop(0)
+                running.append(r)
+                r.admits += 1
+                r.alloc = blocks(n)
+                sched[r] = ("p", n, 0)
+                budget -= n
+        pre = [(r, v) for r, v in sched.items() if v[0] == "p"]
+        ptoks = [(min(c + n, r.prompt) - min(c, r.prompt), min(c, r.prompt)) for r, (_, n, c) in pre]
+        ptoks = [x for x in ptoks if x[0] > 0]
+        for r, (_, n, _) in pre:
+            r.computed += n
+
+        def ready():
+            return [r for r in running if r in sched and (sched[r][0] == "d" or r.computed == r.length)]
+
+        rdy = ready()
+        while K and rdy:
+            burst = lambda r: min(K + 1, r.out - r.gen) if sched[r][0] == "d" else 1
+            if sum(blocks(r.length + burst(r)) - blocks(r.length) for r in rdy) <= free():
+                break
+            sched.pop(preempt_tail(), None)
+            rdy = ready()
+        dec = [r for r in rdy if r.gen > 0]
+        p_ms = d_ms = 0.0
+        if ptoks:
+            q = (len(ptoks), sum(x[0] for x in ptoks), sum(x[1] for x in ptoks))
+            lat, code = prefill_batch(table, np.array([q[0]]), np.array([q[1]]), np.array([q[2]]))
+            lookups.append(("prefill",) + q)
+            if int(code[0]) >= 16:
+                return reqs, lookups, int(code[0])
+            p_ms = _dur(float(lat[0]))
+        if dec:
+            q = (len(dec), sum(r.length - 1 for r in dec))
+            lat, code = decode_batch(table, np.array([q[0]]), np.array([q[1]]))
+            lookups.append(("decode",) + q)
+            if int(code[0]) >= 16:
+                return reqs, lookups, int(code[0])
+            d_ms = _dur(float(lat[0]))
+        end = (now + p_ms) + d_ms
+        for r in rdy:
+            b = 1 if (r.gen == 0 or r.computed == r.length) else min(run_len, r.out - r.gen)
+            if r.first is None:
+                r.first = end
+            elif r.second is None:
+                r.second = end
+            r.last = end
+            r.rounds += r.gen > 0
+            r.gen += b
+            r.computed = r.length - 1
+            if K:
+                r.alloc = max(r.alloc, blocks(r.length))
+        for r in list(running):
+            if r.gen >= r.out:
+                running.remove(r)
+                r.alloc = 0
+        now, passes = end, passes + 1
+    return reqs, lookups, status
