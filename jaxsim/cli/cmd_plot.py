@@ -1,7 +1,194 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim plot``: PNG figures of measured curves, support maps, Pareto frontiers and latency CDFs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from jaxsim.cli.common import guarded, refuse_overwrite
+
+PLOT_HELP = """Draw PNG figures: decode curves, support maps, prefill surfaces, Pareto frontiers, latency CDFs.
+
+Needs the plot extra: pip install 'jaxsim\\[plot]'. Existing files are never overwritten without --force.
+
+Examples:
+
+  jaxsim plot curves qwen3-32b-bf16-b300 --tp 2 --output curves.png
+
+  jaxsim plot pareto results.parquet --output pareto.png
+"""
+
+CURVES_HELP = """Measured decode curves of one deployment: latency vs total past KV, one line per batch size.
+
+Example:
+
+  jaxsim plot curves qwen3-32b-bf16-b300 --tp 2 --output curves.png
+"""
+
+SUPPORT_HELP = """Support map: where decode queries of one deployment are answered, and why not elsewhere.
+
+A batch × total-KV grid is evaluated by the compiled kernels and coloured by each query's status code
+(legend: status names and their share of the grid); measured rows are overlaid.
+
+Example:
+
+  jaxsim plot support qwen3-32b-bf16-b300 --tp 2 --output support.png
+"""
+
+PREFILL_HELP = """Prefill latency of one measured batch size, vs new tokens and over the tokens × cached-KV plane.
+
+Latencies come from the compiled kernels; the plane is blank outside measured support.
+
+Example:
+
+  jaxsim plot prefill qwen3-32b-bf16-b300 --tp 2 --batch 1 --output prefill.png
+"""
+
+PARETO_HELP = """Pareto plot of a sweep result: output tokens/s per GPU vs tokens/s per user.
+
+SLA-feasible configs and their Pareto frontier are highlighted; configs outside measured support are
+counted, not drawn.
+
+Example:
+
+  jaxsim sweep configs/quickstart.toml --output results.parquet
+
+  jaxsim plot pareto results.parquet --output pareto.png
+"""
+
+CDF_HELP = """Latency CDFs of a replay result: TTFT, TPOT and end-to-end latency (ms) per request.
+
+One line per replayed config; only completed requests are counted.
+
+Example:
+
+  jaxsim replay configs/deployment_aggregated.toml --trace azure-code-1k --output replay.parquet
+
+  jaxsim plot cdf replay.parquet --output cdf.png
+"""
+
+
+def _output_option():
+    return typer.Option(..., "--output", "-o", help="PNG file to write.")
+
+
+def _force_option():
+    return typer.Option(False, "--force", help="Overwrite OUTPUT if it exists.")
+
+
+_PROFILE = typer.Argument(..., help="Profile directory (profile.json + FPM table) or bundled profile name.")
+_TP = typer.Option(None, help="Tensor-parallel size of the deployment to draw.")
+_DP = typer.Option(None, help="Attention data-parallel size.")
+_MOE_TP = typer.Option(None, help="MoE tensor-parallel size.")
+_MOE_EP = typer.Option(None, help="MoE expert-parallel size.")
+_ROLE = typer.Option(None, help="Worker role: aggregated, prefill or decode.")
+_SYSTEM = typer.Option(None, help="System id (e.g. h200_sxm).")
+_VERSION = typer.Option(None, help="Literal backend version.")
+_QUIET = typer.Option(False, "--quiet", help="Print nothing on success.")
+
+
+def _done(path: Path, quiet: bool) -> None:
+    if not quiet:
+        typer.echo(f"wrote {path}")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    plot_app = typer.Typer(help=PLOT_HELP, no_args_is_help=True)
+    app.add_typer(plot_app, name="plot")
+
+    @plot_app.command("curves", help=CURVES_HELP)
+    @guarded
+    def curves_cmd(
+        profile: str = _PROFILE,
+        output: Path = _output_option(),
+        tp: Optional[int] = _TP,
+        dp: Optional[int] = _DP,
+        moe_tp: Optional[int] = _MOE_TP,
+        moe_ep: Optional[int] = _MOE_EP,
+        role: Optional[str] = _ROLE,
+        system: Optional[str] = _SYSTEM,
+        backend_version: Optional[str] = _VERSION,
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, load_view, plot_decode_curves
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
+        _done(plot_decode_curves(view, output), quiet)
+
+    @plot_app.command("support", help=SUPPORT_HELP)
+    @guarded
+    def support_cmd(
+        profile: str = _PROFILE,
+        output: Path = _output_option(),
+        tp: Optional[int] = _TP,
+        dp: Optional[int] = _DP,
+        moe_tp: Optional[int] = _MOE_TP,
+        moe_ep: Optional[int] = _MOE_EP,
+        role: Optional[str] = _ROLE,
+        system: Optional[str] = _SYSTEM,
+        backend_version: Optional[str] = _VERSION,
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, load_view, plot_support_map
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
+        _done(plot_support_map(view, output), quiet)
+
+    @plot_app.command("prefill", help=PREFILL_HELP)
+    @guarded
+    def prefill_cmd(
+        profile: str = _PROFILE,
+        output: Path = _output_option(),
+        batch: Optional[int] = typer.Option(None, help="Measured prefill batch size to draw (default: the one with most rows)."),
+        tp: Optional[int] = _TP,
+        dp: Optional[int] = _DP,
+        moe_tp: Optional[int] = _MOE_TP,
+        moe_ep: Optional[int] = _MOE_EP,
+        role: Optional[str] = _ROLE,
+        system: Optional[str] = _SYSTEM,
+        backend_version: Optional[str] = _VERSION,
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, load_view, plot_prefill_surface
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
+        _done(plot_prefill_surface(view, output, batch=batch), quiet)
+
+    @plot_app.command("pareto", help=PARETO_HELP)
+    @guarded
+    def pareto_cmd(
+        results: Path = typer.Argument(..., help="Sweep result table (.parquet or .csv) written by jaxsim sweep."),
+        output: Path = _output_option(),
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, plot_pareto
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        _done(plot_pareto(results, output), quiet)
+
+    @plot_app.command("cdf", help=CDF_HELP)
+    @guarded
+    def cdf_cmd(
+        results: Path = typer.Argument(..., help="Replay result table (.parquet or .csv) written by jaxsim replay."),
+        output: Path = _output_option(),
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, plot_latency_cdf
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        _done(plot_latency_cdf(results, output), quiet)

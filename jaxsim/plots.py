@@ -1,0 +1,446 @@
+"""Figures for people (PNG): measured curves, support maps, Pareto frontiers, latency CDFs.
+
+Optional extra: ``pip install 'jaxsim[plot]'``. Figures are drawn on the Agg canvas without touching
+pyplot's global state. Measured points are drawn as recorded; every modelled latency comes from the
+compiled kernels in :mod:`jaxsim.kernels.rounds` (never recomputed here).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim.errors import JaxsimError, QueryError
+from jaxsim.kernels import status as st
+from jaxsim.kernels.rounds import RoundTable, compile_round_table, decode_batch, prefill_batch
+
+MISSING_MATPLOTLIB = "matplotlib is not installed: pip install 'jaxsim[plot]'"
+
+# one fixed colour per status code, so every support map reads the same
+_ANSWERED_COLOURS = {
+    st.EXACT: "#00441b",
+    st.WITHIN_CURVE: "#238b45",
+    st.CROSS_BATCH: "#74c476",
+    st.CROSS_KV: "#41ab5d",
+    st.KV_FIRST: "#a1d99b",
+    st.COMPOSED: "#c7e9c0",
+    st.EMPTY: "#e5f5e0",
+}
+_UNSUPPORTED_COLOURS = {
+    st.BATCH_OUT_OF_RANGE: "#bdbdbd",
+    st.KV_OUT_OF_RANGE: "#e0e0e0",
+    st.NO_LOWER_BRACKET: "#fd8d3c",
+    st.NO_UPPER_BRACKET: "#fdd0a2",
+    st.REGIME_LOWER: "#9e9ac8",
+    st.REGIME_UPPER: "#6a51a3",
+    st.BATCH_RATIO: "#ef3b2c",
+    st.NOT_NEAREST: "#8c510a",
+    st.PREFILL_BATCH_UNMEASURED: "#969696",
+    st.PREFILL_NO_SUPPORT: "#d9d9d9",
+    st.SD_MIXED_REFUSED: "#67000d",
+    st.INVALID_QUERY: "#000000",
+}
+STATUS_COLOURS = {**_ANSWERED_COLOURS, **_UNSUPPORTED_COLOURS}
+
+
+def _figure(width: float = 8.0, height: float = 5.0, ncols: int = 1):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise JaxsimError(MISSING_MATPLOTLIB) from None
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, axes
+
+
+def check_png_path(path: str | os.PathLike) -> Path:
+    """The output path, if it names a .png file."""
+    out = Path(path)
+    if out.suffix.lower() != ".png":
+        raise QueryError(f"{out}: figures are written as PNG; use a .png file name")
+    return out
+
+
+def _save(fig, path: str | os.PathLike) -> Path:
+    out = check_png_path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, format="png", bbox_inches="tight")
+    tmp.replace(out)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# profiles
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileView:
+    """One deployment of a profile: its measured rows and its compiled round table."""
+
+    label: str
+    deployment: Any
+    cell: Any
+    table: RoundTable
+
+
+def load_view(profile: str | os.PathLike, **want) -> ProfileView:
+    """Load a profile (directory or bundled name) and select one deployment (``tp=``, ``role=``, ...)."""
+    from jaxsim.profile import load_profile_dir
+    from jaxsim.rounds_api import choose_deployment, resolve_profile_path
+
+    path = resolve_profile_path(profile)
+    bundle = load_profile_dir(path)
+    d = choose_deployment(bundle, **want)
+    cell = bundle.cell(d)
+    table = compile_round_table(cell, speculative=d.is_speculative, num_draft_tokens=d.num_draft_tokens)
+    name = Path(str(profile)).name
+    kind = f"speculative round K={d.num_draft_tokens}" if d.is_speculative else "autoregressive"
+    label = f"{name} · {bundle.profile.model} · {d.system} TP{d.tp} · {kind}"
+    return ProfileView(label=label, deployment=d, cell=cell, table=table)
+
+
+def _is_speculative(view_or_table) -> bool:
+    t = view_or_table.table if isinstance(view_or_table, ProfileView) else view_or_table
+    return bool(getattr(t, "speculative", False))
+
+
+def _decode_ylabel(speculative: bool) -> str:
+    return "round latency (ms, draft + verify, one lookup)" if speculative else "decode iteration latency (ms)"
+
+
+KV_LABEL = "total past KV over the batch (tokens)"
+
+
+def plot_decode_curves(view: ProfileView, path: str | os.PathLike, *, title: str | None = None) -> Path:
+    """Measured decode curves: latency vs total past KV, one line per batch size (points as measured)."""
+    cell = view.cell
+    batches = np.unique(cell.decode_batch)
+    if batches.size == 0:
+        raise QueryError(f"{view.label}: the deployment has no measured decode rows to plot")
+    fig, (ax,) = _figure(9.5, 5.5)
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    span = np.log(batches.max() / batches.min()) if batches.size > 1 else 1.0
+    for b in batches:
+        m = cell.decode_batch == b
+        c = cmap(0.9 * np.log(b / batches.min()) / span if span > 0 else 0.0)
+        ax.plot(cell.decode_kv[m], cell.decode_latency_ms[m], "o-", color=c, ms=3, lw=1.2, label=f"{int(b)}")
+    ax.set_xlabel(KV_LABEL)
+    ax.set_ylabel(_decode_ylabel(_is_speculative(view)))
+    if cell.decode_latency_ms.max() > 20 * cell.decode_latency_ms.min():
+        ax.set_yscale("log")
+    ax.set_title(title or f"Measured decode curves per batch size\n{view.label}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ncol = 1 if batches.size <= 16 else (2 if batches.size <= 40 else 3)
+    ax.legend(title="batch (requests)", fontsize=7, title_fontsize=8, ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.text(
+        0.01, 0.99, "points: measured rows · lines join points of one batch (linear within a curve)",
+        transform=ax.transAxes, va="top", fontsize=7, color="#555555",
+    )
+    return _save(fig, path)
+
+
+def _default_batches(cell, table: RoundTable) -> np.ndarray:
+    measured = np.unique(cell.decode_batch) if cell is not None else np.unique(np.asarray(table.curve_batch))
+    measured = measured[measured > 0]
+    top = int(np.ceil(measured.max() * 1.15)) + 1 if measured.size else 8
+    if top <= 160:
+        return np.arange(1, top + 1, dtype=np.int64)
+    return np.unique(np.round(np.geomspace(1, top, 160)).astype(np.int64))
+
+
+def _padded_call(fn, table: RoundTable, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Call a batched kernel on query columns padded to a power-of-two length (one compile per bucket)."""
+    n = int(columns[0].size)
+    size = max(1024, 1 << max(n - 1, 1).bit_length())
+    padded = [jnp.asarray(np.pad(np.asarray(c, dtype=np.int64), (0, size - n), constant_values=1)) for c in columns]
+    lat, code = fn(table, *padded)
+    return np.asarray(lat)[:n], np.asarray(code)[:n]
+
+
+def support_grid(table: RoundTable, batches, kv_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Decode latency (ms, NaN outside support) and status codes on a batch × total-KV grid,
+    evaluated by the compiled kernel. Shapes ``(len(batches), len(kv_tokens))``."""
+    b = np.asarray(batches, dtype=np.int64)
+    k = np.asarray(kv_tokens, dtype=np.int64)
+    bb, kk = np.meshgrid(b, k, indexing="ij")
+    lat, code = _padded_call(decode_batch, table, bb.ravel(), kk.ravel())
+    return lat.reshape(bb.shape), code.reshape(bb.shape)
+
+
+def prefill_grid(table: RoundTable, batch: int, prefill_tokens, kv_read_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill latency (ms, NaN outside support) and status codes for paired (tokens, cached KV)
+    queries at one batch size, evaluated by the compiled kernel."""
+    t = np.asarray(prefill_tokens, dtype=np.int64).ravel()
+    k = np.broadcast_to(np.asarray(kv_read_tokens, dtype=np.int64), np.shape(prefill_tokens)).ravel()
+    return _padded_call(prefill_batch, table, np.full(t.size, int(batch), np.int64), t, k)
+
+
+def support_summary(codes: np.ndarray) -> list[tuple[int, str, int, float, str]]:
+    """(code, name, count, share, explanation) for each status present in a grid, most common first."""
+    values, counts = np.unique(np.asarray(codes), return_counts=True)
+    order = np.argsort(-counts, kind="stable")
+    total = max(int(counts.sum()), 1)
+    out = []
+    for i in order:
+        c = int(values[i])
+        why = st.EXPLAIN.get(c, "answered from measured rows")
+        out.append((c, st.name(c), int(counts[i]), float(counts[i]) / total, why))
+    return out
+
+
+def plot_support_map(
+    view: ProfileView,
+    path: str | os.PathLike,
+    *,
+    batches=None,
+    kv_tokens=None,
+    title: str | None = None,
+) -> Path:
+    """Where decode queries are answered and why not elsewhere: a batch × total-KV grid coloured by the
+    kernel's status code, measured rows overlaid."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    table, cell = view.table, view.cell
+    b = _default_batches(cell, table) if batches is None else np.asarray(batches, dtype=np.int64)
+    k = np.linspace(0, 1.1 * table.max_decode_kv, 221).astype(np.int64) if kv_tokens is None else np.asarray(kv_tokens, dtype=np.int64)
+    if b.size < 1 or k.size < 1:
+        raise QueryError("support map needs at least one batch size and one KV value")
+    _, codes = support_grid(table, b, k)
+    present = [int(c) for c in np.unique(codes)]
+    index = {c: i for i, c in enumerate(present)}
+    img = np.vectorize(index.get)(codes)
+    cmap = ListedColormap([STATUS_COLOURS.get(c, "#ff00ff") for c in present])
+    norm = BoundaryNorm(np.arange(len(present) + 1) - 0.5, len(present))
+
+    fig, (ax,) = _figure(10.5, 5.8)
+    ax.pcolormesh(k, b, img, cmap=cmap, norm=norm, shading="nearest", rasterized=True)
+    if b.max() / max(b.min(), 1) > 64:
+        ax.set_yscale("log", base=2)
+        ax.set_ylim(0.85 * b.min(), 1.08 * b.max())
+    if cell is not None and cell.num_decode_rows:
+        ax.scatter(cell.decode_kv, cell.decode_batch, s=5, c="black", marker=".", label="measured decode row")
+    total = codes.size
+    handles = []
+    for c in present:
+        share = 100.0 * float(np.sum(codes == c)) / total
+        tag = "answered" if c < st.FIRST_UNSUPPORTED else "refused"
+        handles.append(Patch(facecolor=STATUS_COLOURS.get(c, "#ff00ff"), edgecolor="#444444", label=f"{st.name(c)} ({tag}, {share:.1f} %)"))
+    if cell is not None and cell.num_decode_rows:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], ls="", marker=".", color="black", label="measured decode row"))
+    ax.legend(handles=handles, title="kernel status (share of grid)", fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_xlabel(KV_LABEL)
+    ax.set_ylabel("batch (decoding requests)")
+    ax.set_xlim(k.min(), k.max())
+    what = "speculative rounds" if table.speculative else "decode iterations"
+    ax.set_title(title or f"Where {what} are answered (greens) and why not elsewhere\n{view.label}", fontsize=10)
+    return _save(fig, path)
+
+
+def _prefill_batch_choice(view: ProfileView, batch: int | None) -> int:
+    cell = view.cell
+    measured = np.unique(cell.prefill_batch)
+    if measured.size == 0:
+        raise QueryError(f"{view.label}: the deployment has no measured prefill rows to plot")
+    if batch is None:
+        counts = [(int(np.sum(cell.prefill_batch == x)), -int(x)) for x in measured]
+        return -max(counts)[1]
+    if int(batch) not in set(measured.tolist()):
+        raise QueryError(f"{view.label}: prefill batch {batch} is not measured (measured: {', '.join(map(str, measured.tolist()))})")
+    return int(batch)
+
+
+def plot_prefill_surface(view: ProfileView, path: str | os.PathLike, *, batch: int | None = None, title: str | None = None) -> Path:
+    """Prefill latency of one measured batch size: (a) vs new tokens at each measured cached-KV level,
+    (b) over the tokens × cached-KV plane (blank outside measured support). Kernel-evaluated."""
+    cell, table = view.cell, view.table
+    pb = _prefill_batch_choice(view, batch)
+    m = cell.prefill_batch == pb
+    tok, kv, lat = cell.prefill_tokens[m], cell.prefill_kv[m], cell.prefill_latency_ms[m]
+    levels = np.unique(kv)
+    surface = levels.size >= 2 and np.unique(tok).size >= 2
+    fig, axes = _figure(13.0 if surface else 8.0, 5.0, 2 if surface else 1)
+    from matplotlib import colormaps
+
+    ax = axes[0]
+    cmap = colormaps["plasma"]
+    shown = levels if levels.size <= 8 else levels[np.unique(np.linspace(0, levels.size - 1, 8).round().astype(int))]
+    for i, lv in enumerate(shown):
+        sel = kv == lv
+        tgrid = np.unique(np.concatenate([np.linspace(tok[sel].min(), tok[sel].max(), 200).astype(np.int64), tok[sel]]))
+        y, _ = prefill_grid(table, pb, tgrid, int(lv))
+        c = cmap(0.85 * i / max(len(shown) - 1, 1))
+        ax.plot(tgrid, y, "-", color=c, lw=1.2, label=f"{int(lv)}")
+        ax.plot(tok[sel], lat[sel], "o", color=c, ms=3)
+    ax.set_xlabel("new prompt tokens computed in the iteration (tokens)")
+    ax.set_ylabel("prefill iteration latency (ms)")
+    ax.set_title(f"(a) batch {pb}: latency vs new tokens", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="cached KV read (tokens)", fontsize=7, title_fontsize=8)
+    if surface:
+        ax2 = axes[1]
+        tg = np.linspace(0, tok.max() * 1.05, 160).astype(np.int64)
+        kg = np.linspace(0, kv.max() * 1.05, 120).astype(np.int64)
+        tt, kk = np.meshgrid(tg, kg, indexing="xy")
+        y, _ = prefill_grid(table, pb, tt, kk)
+        z = np.ma.masked_invalid(y.reshape(tt.shape))
+        ax2.set_facecolor("#eeeeee")
+        mesh = ax2.pcolormesh(tg, kg, z, shading="nearest", cmap="viridis", rasterized=True)
+        fig.colorbar(mesh, ax=ax2, label="prefill iteration latency (ms)")
+        ax2.scatter(tok, kv, s=6, c="white", edgecolors="black", linewidths=0.3, label="measured row")
+        ax2.set_xlabel("new prompt tokens computed in the iteration (tokens)")
+        ax2.set_ylabel("cached KV read by the prefill (tokens)")
+        ax2.set_title(f"(b) batch {pb}: kernel answer over the plane (grey: outside measured support)", fontsize=9)
+        ax2.legend(fontsize=7, loc="upper right")
+    fig.suptitle(title or f"Prefill latency, measured batch {pb}\n{view.label}", fontsize=10)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# result tables (sweep / replay)
+
+# column names written by ``jaxsim sweep`` and ``jaxsim replay``
+SWEEP_PER_GPU = "output_tokens_per_s_per_gpu"
+SWEEP_PER_USER = "output_tokens_per_s_per_user"
+SWEEP_FEASIBLE = "sla_ok"
+SWEEP_LABEL = "label"
+REPLAY_TTFT = "ttft_ms"
+REPLAY_TPOT = "tpot_ms"
+REPLAY_E2E = "e2e_ms"
+REPLAY_DONE = "completed"
+REPLAY_CONFIG = "config_id"
+
+
+def read_columns(results: Any) -> dict[str, np.ndarray]:
+    """Columns of a result: a parquet/CSV path, a pyarrow Table, or a mapping of name → array."""
+    if isinstance(results, (str, os.PathLike)):
+        p = Path(results)
+        if not p.is_file():
+            raise QueryError(f"{p}: no such result file")
+        try:
+            if p.suffix.lower() == ".csv":
+                import pyarrow.csv as pacsv
+
+                results = pacsv.read_csv(p)
+            else:
+                import pyarrow.parquet as pq
+
+                results = pq.read_table(p)
+        except Exception as e:  # pyarrow raises many types for a damaged file
+            raise QueryError(f"{p}: not a readable {'CSV' if p.suffix.lower() == '.csv' else 'parquet'} result table ({type(e).__name__})") from None
+    if hasattr(results, "column_names") and hasattr(results, "column"):
+        return {n: results.column(n).to_numpy(zero_copy_only=False) for n in results.column_names}
+    if isinstance(results, Mapping):
+        return {str(k): np.asarray(v) for k, v in results.items()}
+    raise QueryError(f"cannot read result columns from a {type(results).__name__}")
+
+
+def _need(cols: dict, names: tuple[str, ...], what: str, source: str) -> None:
+    missing = [n for n in names if n not in cols]
+    if missing:
+        raise QueryError(f"{source}: not a {what} (missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)})")
+
+
+def _first(cols: dict, names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if n in cols), None)
+
+
+def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Points not dominated by another point (both coordinates: larger is better; NaN never on it)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    out = np.zeros(x.shape, dtype=bool)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return out
+    order = idx[np.lexsort((-y[idx], -x[idx]))]  # by x desc, then y desc
+    best = -np.inf
+    for i in order:
+        if y[i] > best:
+            out[i] = True
+            best = y[i]
+    return out
+
+
+def plot_pareto(results: Any, path: str | os.PathLike, *, title: str | None = None) -> Path:
+    """Output tokens/s per GPU vs tokens/s per user for every evaluated config; SLA-feasible points and
+    their Pareto frontier highlighted."""
+    src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
+    cols = read_columns(results)
+    _need(cols, (SWEEP_PER_GPU, SWEEP_PER_USER), "sweep result table", src)
+    x = np.asarray(cols[SWEEP_PER_USER], dtype=np.float64)
+    y = np.asarray(cols[SWEEP_PER_GPU], dtype=np.float64)
+    feasible = np.asarray(cols[SWEEP_FEASIBLE], dtype=bool) if SWEEP_FEASIBLE in cols else np.isfinite(x) & np.isfinite(y)
+    finite = np.isfinite(x) & np.isfinite(y)
+    front = pareto_mask(np.where(feasible, x, np.nan), np.where(feasible, y, np.nan))
+    fig, (ax,) = _figure(9.0, 5.8)
+    ax.scatter(x[finite & ~feasible], y[finite & ~feasible], s=6, c="#cccccc", label=f"misses the SLA ({int(np.sum(finite & ~feasible))})", rasterized=True)
+    ax.scatter(x[feasible & ~front], y[feasible & ~front], s=8, c="#6baed6", label=f"meets the SLA ({int(np.sum(feasible))})", rasterized=True)
+    fx, fy = x[front], y[front]
+    o = np.argsort(fx)
+    ax.plot(fx[o], fy[o], "o-", color="#d94801", ms=5, lw=1.8, label=f"SLA-feasible Pareto frontier ({int(front.sum())})")
+    label_col = SWEEP_LABEL if SWEEP_LABEL in cols else None
+    if label_col is not None and front.sum() <= 12:
+        for xi, yi, t in zip(fx, fy, np.asarray(cols[label_col])[front]):
+            ax.annotate(str(t), (xi, yi), fontsize=6, xytext=(4, 3), textcoords="offset points")
+    n_out = int(np.sum(~finite))
+    ax.set_xlabel("output tokens/s per user (interactivity)")
+    ax.set_ylabel("output tokens/s per GPU (throughput)")
+    ax.grid(True, alpha=0.3)
+    extra = f"; {n_out} configs outside measured support not drawn" if n_out else ""
+    ax.set_title(title or f"Throughput vs interactivity over {x.size} configs{extra}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    return _save(fig, path)
+
+
+_CDF_METRICS = (
+    (REPLAY_TTFT, "TTFT: time to first token (ms)"),
+    (REPLAY_TPOT, "TPOT: time per output token after the first (ms)"),
+    (REPLAY_E2E, "E2E: arrival to last token (ms)"),
+)
+
+
+def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(values[np.isfinite(values)])
+    return v, np.arange(1, v.size + 1) / max(v.size, 1)
+
+
+def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None = None, max_series: int = 8) -> Path:
+    """Per-request TTFT / TPOT / E2E cumulative distributions (ms); one line per replayed config."""
+    src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
+    cols = read_columns(results)
+    names = (REPLAY_TTFT, REPLAY_TPOT, REPLAY_E2E)
+    _need(cols, names, "replay per-request table", src)
+    done = np.asarray(cols[REPLAY_DONE], dtype=bool) if REPLAY_DONE in cols else np.ones(cols[REPLAY_TTFT].shape, bool)
+    groups = np.asarray(cols[REPLAY_CONFIG]) if REPLAY_CONFIG in cols else np.zeros(done.shape, np.int64)
+    keys = list(dict.fromkeys(groups.tolist()))
+    if len(keys) > max_series:
+        keys = keys[:max_series]
+    fig, axes = _figure(14.0, 4.6, 3)
+    for ax, name, (_, text) in zip(axes, names, _CDF_METRICS):
+        for key in keys:
+            sel = done & (groups == key)
+            v, p = _ecdf(np.asarray(cols[name], dtype=np.float64)[sel])
+            if v.size == 0:
+                continue
+            lab = f"config {key}: p50 {np.percentile(v, 50):.1f}, p99 {np.percentile(v, 99):.1f}" if len(keys) > 1 else f"p50 {np.percentile(v, 50):.1f} ms, p90 {np.percentile(v, 90):.1f} ms, p99 {np.percentile(v, 99):.1f} ms"
+            ax.step(v, p, where="post", lw=1.4, label=lab)
+        ax.set_xlabel(text)
+        ax.set_ylabel("fraction of completed requests")
+        ax.set_ylim(0, 1.01)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    n_done = int(done.sum())
+    fig.suptitle(title or f"Latency distributions over {n_done} completed requests ({done.size - n_done} not completed)", fontsize=10)
+    return _save(fig, path)

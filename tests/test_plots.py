@@ -1,0 +1,256 @@
+"""Figures: each plot function, the support-grid evaluation, the Pareto mask and the ``jaxsim plot`` CLI."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+from typer.testing import CliRunner
+
+from jaxsim import plots
+from jaxsim.errors import JaxsimError, QueryError
+from jaxsim.kernels import status as st
+
+TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
+AR = TABLES / "ar_core"
+SD = TABLES / "sd_k3"
+
+
+def assert_png(path: Path, min_bytes: int = 8_000) -> None:
+    """A real PNG of a drawn figure: signature, sane size, and more than one colour."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 400 and height >= 300, (width, height)
+    assert len(data) >= min_bytes, len(data)
+    import matplotlib.image as mpimg
+
+    rgb = (mpimg.imread(path)[..., :3] * 255).astype(np.uint32)
+    colours = np.unique((rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2])
+    assert colours.size > 16, colours.size
+
+
+@pytest.fixture(scope="module")
+def ar_view():
+    return plots.load_view(AR)
+
+
+@pytest.fixture(scope="module")
+def sd_view():
+    return plots.load_view(SD)
+
+
+def sweep_columns(n: int = 300, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    per_user = rng.uniform(5, 120, n)
+    per_gpu = 4000.0 / (1 + per_user / 40) * rng.uniform(0.5, 1.0, n)
+    per_gpu[:7] = np.nan  # outside measured support
+    return {
+        plots.SWEEP_PER_USER: per_user,
+        plots.SWEEP_PER_GPU: per_gpu,
+        plots.SWEEP_FEASIBLE: per_user > 30,
+        plots.SWEEP_LABEL: np.array([f"cfg{i}" for i in range(n)]),
+    }
+
+
+def replay_columns(n: int = 200, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ttft = rng.gamma(2.0, 40.0, n)
+    tpot = rng.normal(12.0, 1.5, n)
+    return {
+        plots.REPLAY_TTFT: ttft,
+        plots.REPLAY_TPOT: tpot,
+        plots.REPLAY_E2E: ttft + 200 * tpot,
+        plots.REPLAY_DONE: rng.uniform(size=n) > 0.05,
+        plots.REPLAY_CONFIG: np.repeat([0, 1], n // 2),
+    }
+
+
+# --- support grid: the kernels' answers, nothing recomputed --------------------------------------
+
+
+def test_support_grid_marks_measured_points_exact(ar_view):
+    cell = ar_view.cell
+    pick = np.arange(0, cell.num_decode_rows, 7)
+    for i in pick:
+        lat, code = plots.support_grid(ar_view.table, [cell.decode_batch[i]], [cell.decode_kv[i]])
+        assert code[0, 0] == st.EXACT
+        assert lat[0, 0] == cell.decode_latency_ms[i]
+
+
+def test_support_grid_nan_exactly_where_refused(sd_view):
+    b = np.arange(1, 70)
+    k = np.linspace(0, 1.2 * sd_view.table.max_decode_kv, 50)
+    lat, code = plots.support_grid(sd_view.table, b, k)
+    assert lat.shape == code.shape == (b.size, k.size)
+    refused = code >= st.FIRST_UNSUPPORTED
+    assert refused.any() and (~refused).any()
+    assert np.array_equal(np.isnan(lat), refused)
+    # beyond the largest measured KV nothing is answered (no extrapolation)
+    assert np.all(code[:, k > sd_view.table.max_decode_kv] >= st.FIRST_UNSUPPORTED)
+
+
+def test_support_summary_counts_every_cell(sd_view):
+    _, code = plots.support_grid(sd_view.table, np.arange(1, 40), np.linspace(0, 40000, 30))
+    rows = plots.support_summary(code)
+    assert sum(r[2] for r in rows) == code.size
+    assert abs(sum(r[3] for r in rows) - 1.0) < 1e-12
+    assert [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
+    for c, name, _, _, why in rows:
+        assert name == st.name(c)
+        assert (why == st.EXPLAIN[c]) if c >= st.FIRST_UNSUPPORTED else why.startswith("answered")
+
+
+# --- Pareto mask -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.tuples(hst.integers(0, 20), hst.integers(0, 20)), min_size=1, max_size=40))
+def test_pareto_mask_is_the_non_dominated_set(points):
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    m = plots.pareto_mask(x, y)
+    for i in range(x.size):
+        dominated = np.any((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))
+        if dominated:
+            assert not m[i]
+        else:
+            # a non-dominated point is on the frontier, or an identical point represents it
+            same = (x == x[i]) & (y == y[i])
+            assert m[same].sum() == 1
+
+
+def test_pareto_mask_ignores_nan():
+    m = plots.pareto_mask(np.array([1.0, np.nan, 3.0]), np.array([5.0, 100.0, 1.0]))
+    assert m.tolist() == [True, False, True]
+
+
+# --- plot functions --------------------------------------------------------------------------------
+
+
+def test_profile_figures(tmp_path, ar_view, sd_view):
+    for view, tag in ((ar_view, "ar"), (sd_view, "sd")):
+        assert_png(plots.plot_decode_curves(view, tmp_path / f"{tag}_curves.png"))
+        assert_png(plots.plot_support_map(view, tmp_path / f"{tag}_support.png"))
+        assert_png(plots.plot_prefill_surface(view, tmp_path / f"{tag}_prefill.png"))
+
+
+def test_prefill_surface_refuses_unmeasured_batch(tmp_path, ar_view):
+    with pytest.raises(QueryError, match="prefill batch 77 is not measured"):
+        plots.plot_prefill_surface(ar_view, tmp_path / "p.png", batch=77)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_result_figures_from_mappings_and_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    assert_png(plots.plot_pareto(sweep_columns(), tmp_path / "pareto.png"))
+    assert_png(plots.plot_latency_cdf(replay_columns(), tmp_path / "cdf.png"))
+    pq.write_table(pa.table(sweep_columns()), tmp_path / "sweep.parquet")
+    assert_png(plots.plot_pareto(tmp_path / "sweep.parquet", tmp_path / "pareto2.png"))
+
+
+def test_result_figures_reject_wrong_tables(tmp_path):
+    with pytest.raises(QueryError, match="missing column"):
+        plots.plot_pareto(replay_columns(), tmp_path / "x.png")
+    with pytest.raises(QueryError, match="missing column"):
+        plots.plot_latency_cdf(sweep_columns(), tmp_path / "x.png")
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(QueryError, match="not a readable parquet"):
+        plots.plot_pareto(bad, tmp_path / "x.png")
+    with pytest.raises(QueryError, match="use a .png"):
+        plots.plot_pareto(sweep_columns(), tmp_path / "x.pdf")
+    assert not list(tmp_path.glob("x.*"))
+
+
+def test_missing_matplotlib_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(JaxsimError) as info:
+        plots.plot_pareto(sweep_columns(), tmp_path / "x.png")
+    assert str(info.value) == "matplotlib is not installed: pip install 'jaxsim[plot]'"
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app():
+    from jaxsim.cli.main import app
+
+    return app
+
+
+def test_cli_profile_plots_and_no_overwrite(tmp_path, app):
+    runner = CliRunner()
+    out = tmp_path / "support.png"
+    r = runner.invoke(app, ["plot", "support", str(SD), "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert_png(out)
+    before = out.read_bytes()
+    r = runner.invoke(app, ["plot", "curves", str(SD), "--output", str(out)])
+    assert r.exit_code == 2
+    assert "exists; pass --force" in r.output
+    assert out.read_bytes() == before
+    r = runner.invoke(app, ["plot", "curves", str(SD), "--output", str(out), "--force", "--quiet"])
+    assert r.exit_code == 0 and r.output == ""
+    assert out.read_bytes() != before
+    assert_png(out)
+    r = runner.invoke(app, ["plot", "prefill", str(AR), "--batch", "2", "--output", str(tmp_path / "pre.png")])
+    assert r.exit_code == 0, r.output
+    assert_png(tmp_path / "pre.png")
+
+
+def test_cli_result_plots(tmp_path, app):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    runner = CliRunner()
+    pq.write_table(pa.table(replay_columns()), tmp_path / "replay.parquet")
+    pq.write_table(pa.table(sweep_columns()), tmp_path / "sweep.parquet")
+    r = runner.invoke(app, ["plot", "cdf", str(tmp_path / "replay.parquet"), "-o", str(tmp_path / "cdf.png")])
+    assert r.exit_code == 0, r.output
+    assert_png(tmp_path / "cdf.png")
+    r = runner.invoke(app, ["plot", "pareto", str(tmp_path / "sweep.parquet"), "-o", str(tmp_path / "p.png")])
+    assert r.exit_code == 0, r.output
+    assert_png(tmp_path / "p.png")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["plot", "pareto", "{tmp}/nope.parquet", "-o", "{tmp}/a.png"], "no such result file"),
+        (["plot", "cdf", "{tmp}/sweep.parquet", "-o", "{tmp}/a.png"], "missing column"),
+        (["plot", "curves", str(AR), "-o", "{tmp}/a.jpg"], "use a .png"),
+        (["plot", "curves", str(AR), "--tp", "8", "-o", "{tmp}/a.png"], "no deployment matches tp=8"),
+        (["plot", "curves", "{tmp}/no-such-profile", "-o", "{tmp}/a.png"], "no-such-profile"),
+    ],
+)
+def test_cli_errors_are_one_line(tmp_path, app, args, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(sweep_columns()), tmp_path / "sweep.parquet")
+    r = CliRunner().invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], r.output
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_cli_subprocess(tmp_path):
+    out = tmp_path / "curves.png"
+    cmd = [sys.executable, "-m", "jaxsim", "plot", "curves", str(AR), "--output", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}" in r.stdout
+    assert_png(out)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "pass --force" in r.stderr
