@@ -183,6 +183,15 @@ def _registry():
     return registry
 
 
+def _bundled_names() -> list[str]:
+    reg = _registry()
+    if reg is None:
+        return []
+    if hasattr(reg, "bundled_names"):
+        return list(reg.bundled_names())
+    return [getattr(p, "name", str(p)) for p in getattr(reg, "list_bundled", lambda: [])()]
+
+
 def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path:
     """A directory (relative to ``base_dir``, then the working directory) or a bundled profile name."""
     key = (name_or_path, base_dir)
@@ -200,10 +209,10 @@ def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path
             except (JaxsimError, KeyError, FileNotFoundError):
                 found = None
         if found is None:
-            names = ", ".join(reg.list_bundled()) if reg is not None and hasattr(reg, "list_bundled") else "none available"
+            names = ", ".join(_bundled_names())
             raise BindingError(
                 f"profile-not-found: {name_or_path!r} is neither a profile directory nor a bundled profile "
-                f"(bundled: {names})"
+                f"(bundled: {names or 'none available'})"
             )
     found = found.resolve()
     with _LOCK:

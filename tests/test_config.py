@@ -147,12 +147,7 @@ def test_example_configs_parse_and_validate(path):
     cfg = load_config(path)
     assert cfg.model and cfg.backend_version
     problems = bd.validate_config(cfg)
-    try:
-        from jaxsim.data import registry
-
-        bundled = set(registry.list_bundled())
-    except (ImportError, AttributeError):
-        bundled = set()
+    bundled = set(bd._bundled_names())
     names = {r.profile or cfg.profile for r in cfg.roles}
     if names <= bundled:
         assert problems == []
