@@ -39,6 +39,10 @@ QWEN_SOURCE = (
     "GitHub ai-dynamo/aiconfigurator, branch simonec/dev-layerwise-collector-clean-base, commit "
     "645aa4208be2fcf2f8690d0921248f97c5a83724, folder fpm_golden_runs/ (Apache-2.0, NVIDIA)"
 )
+QWEN_LICENCE = (
+    "Apache-2.0, NVIDIA aiconfigurator fpm_golden_runs: jaxsim/data/LICENSES/aiconfigurator_LICENSE_Apache-2.0.txt "
+    "and jaxsim/data/ATTRIBUTION.md"
+)
 GPU_NOTE = (
     "The GPU is not named in the source files; it is inferred as NVIDIA B300 (system b300_sxm) because the "
     "measured KV pools (TP1 723,056 tokens = 190 GB of BF16 KV) only fit a ~288 GB card and the same branch's "
@@ -96,6 +100,7 @@ def build_qwen(data: Path, out: Path) -> None:
     entries = [{
         "name": name, "model": QWEN_MODEL, "system": "b300_sxm", "tps": [1, 2, 4], "kind": "measured",
         "description": "Qwen3-32B BF16, vLLM 0.20.1, TP1/TP2/TP4 on (inferred) B300: real forward-pass logs",
+        "licence": QWEN_LICENCE,
     }]
     for k in (1, 2, 3):
         sd_name = f"{name}-eagle3-k{k}"
@@ -104,6 +109,7 @@ def build_qwen(data: Path, out: Path) -> None:
             "name": sd_name, "model": QWEN_MODEL, "system": "b300_sxm", "tps": [1, 2, 4], "kind": "derived",
             "num_draft_tokens": k,
             "description": f"DERIVED EAGLE-3 K={k} speculative rounds for Qwen3-32B from the measured {name} passes",
+            "licence": QWEN_LICENCE,
         })
     return entries
 
@@ -122,6 +128,8 @@ def build_llama(data: Path, out: Path) -> list[dict]:
     return [{
         "name": name, "model": result.profile.model, "system": "h200_sxm", "tps": [1], "kind": "measured",
         "description": "Llama-3.1-8B-Instruct FP8 on H200 TP1: Dynamo planner TTFT/ITL sweep (approximate batch)",
+        "licence": "Apache-2.0, NVIDIA ai-dynamo 1.6.1 planner test data: jaxsim/data/LICENSES/ai-dynamo_LICENSE_Apache-2.0.txt "
+                   "and jaxsim/data/ATTRIBUTION.md",
     }]
 
 

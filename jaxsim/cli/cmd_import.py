@@ -1,7 +1,149 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim import``: turn measured forward-pass logs or planner sweeps into FPM profile directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from jaxsim.cli.common import guarded, refuse_overwrite
+
+FPM_LOG_HELP = """Import a per-iteration forward-pass log into a profile directory (profile.json + schema-7 table).
+
+LOG is the CSV of aiconfigurator FPM runs (fpm_metrics_detail.csv) or JSONL of Dynamo ForwardPassMetrics.
+Decode-only iterations become decode curves (per batch size, binned over total KV, upper median per bin,
+outliers and mis-split admission steps dropped); prefill-only iterations become prefill rows; mixed
+iterations are kept out of the table. Identity and the runtime KV pool come from the Dynamo model card
+(total_kv_blocks x block size x kv_bytes_per_token), the vLLM metadata and options. A model revision is
+never invented: pass --model-revision when the files record none. Prints a summary (rows read, used,
+dropped by reason, curves, bins, coverage).
+
+Example:
+
+  jaxsim import fpm-log run/fpm_metrics_detail.csv --model-card run/dynamo_model_card_runtime.json
+  --vllm-metadata run/vllm_metadata.json --hf-config Qwen3-32B/config.json --system b300_sxm
+  --model-revision 9216db5781bf21249d130ec9da846c4624c16137 --output profiles/qwen3-32b-tp1
+"""
+
+PLANNER_HELP = """Import Dynamo planner profiling results (prefill.csv TTFT vs ISL, decode.csv ITL vs KV usage and
+context) into a profile directory. Decode rows approximate the active batch as round(kv_usage x max_kv /
+context) with total KV = batch x context, resampled on power-of-two batches at each measured context; prefill
+rows are TTFT at batch 1. The approximation is recorded in the profile's provenance.
+
+Example:
+
+  jaxsim import dynamo-planner H200_TP1P_TP1D --system h200_sxm --backend-version 0.11.0
+  --model-revision <40-hex> --architecture LlamaForCausalLM --kv-bytes-per-token 131072
+  --gemm-quant-mode fp8 --context-length 16384 --output profiles/llama-8b-h200
+"""
+
+
+def _print_summary(title: str, lines: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for k, v in lines:
+        t.add_row(k, v)
+    Console().print(t)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    group = typer.Typer(help="Import measured logs or planner sweeps as FPM profiles.", no_args_is_help=True)
+    app.add_typer(group, name="import")
+
+    @group.command("fpm-log", help=FPM_LOG_HELP)
+    @guarded
+    def fpm_log_cmd(
+        log: Path = typer.Argument(..., help="fpm_metrics_detail.csv or ForwardPassMetrics JSONL."),
+        model_card: Path = typer.Option(..., "--model-card", help="Dynamo model card JSON (runtime KV blocks, envelope)."),
+        output: Path = typer.Option(..., "--output", "-o", help="Profile directory to write."),
+        vllm_metadata: Optional[Path] = typer.Option(None, "--vllm-metadata", help="vLLM metadata JSON (effective config)."),
+        hf_config: Optional[Path] = typer.Option(None, "--hf-config", help="Checkpoint config.json (architecture, KV size)."),
+        model: Optional[str] = typer.Option(None, "--model", help="Model id (default: the model card's)."),
+        model_revision: Optional[str] = typer.Option(None, "--model-revision", help="Pinned checkpoint revision."),
+        system: Optional[str] = typer.Option(None, "--system", help="Hardware id, e.g. h200_sxm (never recorded in logs)."),
+        backend_version: Optional[str] = typer.Option(None, "--backend-version", help="vLLM version (default: metadata)."),
+        tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel size (default: metadata)."),
+        architecture: Optional[str] = typer.Option(None, "--architecture", help="architectures[0] of config.json."),
+        kv_bytes_per_token: Optional[int] = typer.Option(None, "--kv-bytes-per-token", help="Rank-local KV bytes per token."),
+        gemm_quant_mode: Optional[str] = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: metadata)."),
+        kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="KV cache dtype (default: metadata)."),
+        gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Recorded vLLM setting."),
+        max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Serving token budget."),
+        max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Serving max sequences."),
+        kv_bin_tokens: int = typer.Option(512, "--kv-bin-tokens", help="Decode total-KV bin width (tokens, even)."),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        from jaxsim.importers.fpm_log import BinningConfig, import_fpm_log, resolve_identity, write_import
+
+        refuse_overwrite(output, force)
+        ident = resolve_identity(
+            model_card=model_card, vllm_metadata=vllm_metadata, hf_config=hf_config, model=model,
+            model_revision=model_revision, system=system, backend_version=backend_version, tp=tp,
+            architecture=architecture, kv_bytes_per_token=kv_bytes_per_token, gemm_quant_mode=gemm_quant_mode,
+            kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_tokens=max_num_batched_tokens, max_batch_size=max_num_seqs,
+        )
+        result = import_fpm_log(log, ident, binning=BinningConfig(kv_bin_tokens=kv_bin_tokens))
+        write_import(output, result, force=True)
+        if as_json:
+            typer.echo(json.dumps({"output": str(output), **result.summary.to_dict()}, indent=1))
+        else:
+            _print_summary(f"Imported {log.name} -> {output}", result.summary.lines())
+
+    @group.command("dynamo-planner", help=PLANNER_HELP)
+    @guarded
+    def planner_cmd(
+        directory: Path = typer.Argument(..., help="Planner profiling results (prefill.csv, decode.csv)."),
+        output: Path = typer.Option(..., "--output", "-o", help="Profile directory to write."),
+        model: Optional[str] = typer.Option(None, "--model", help="Model id (default: disagg.yaml --model)."),
+        model_revision: Optional[str] = typer.Option(None, "--model-revision", help="Pinned checkpoint revision (required)."),
+        system: Optional[str] = typer.Option(None, "--system", help="Hardware id, e.g. h200_sxm (required)."),
+        backend_version: Optional[str] = typer.Option(None, "--backend-version", help="vLLM version label (required)."),
+        architecture: Optional[str] = typer.Option(None, "--architecture", help="architectures[0] of config.json (required)."),
+        kv_bytes_per_token: Optional[int] = typer.Option(None, "--kv-bytes-per-token", help="Rank-local KV bytes per token (required)."),
+        context_length: Optional[int] = typer.Option(None, "--context-length", help="Profile context length (required)."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: context length)."),
+        gemm_quant_mode: str = typer.Option("bfloat16", "--gemm-quant-mode", help="GEMM precision."),
+        kv_cache_dtype: str = typer.Option("bfloat16", "--kv-cache-dtype", help="KV cache dtype."),
+        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM setting used."),
+        max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Serving token budget."),
+        max_num_seqs: int = typer.Option(1024, "--max-num-seqs", help="Serving max sequences (decode points above are dropped)."),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        from jaxsim.errors import JaxsimError
+        from jaxsim.importers.dynamo_planner import import_planner_dir
+        from jaxsim.importers.fpm_log import write_profile_dir
+
+        refuse_overwrite(output, force)
+        for name, v in (("--model-revision", model_revision), ("--system", system), ("--backend-version", backend_version),
+                        ("--architecture", architecture), ("--kv-bytes-per-token", kv_bytes_per_token),
+                        ("--context-length", context_length)):
+            if v is None:
+                raise JaxsimError(f"{name} is required: planner results do not record it")
+        result = import_planner_dir(
+            directory, model=model, model_revision=model_revision, architecture=architecture, system=system,
+            backend_version=backend_version, kv_bytes_per_token=kv_bytes_per_token, gemm_quant_mode=gemm_quant_mode,
+            kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_tokens=max_num_batched_tokens, max_batch_size=max_num_seqs, context_length=context_length,
+            max_model_len=max_model_len,
+        )
+        write_profile_dir(output, result.profile, result.columns, force=True)
+        rows = result.rows
+        summary = {
+            "output": str(output), "model": result.profile.model, "prefill_points": int(result.data.prefill_isl.size),
+            "decode_points": int(result.data.itl_ms.size), "dropped_above_max_num_seqs": result.dropped_above_max_num_seqs,
+            "decode_rows": int(rows.decode_batch.size), "decode_batches": sorted({int(b) for b in rows.decode_batch}),
+            "prefill_rows": int(rows.prefill_batch.size),
+        }
+        if as_json:
+            typer.echo(json.dumps(summary, indent=1))
+        else:
+            _print_summary(f"Imported {directory} -> {output}", [(k, str(v)) for k, v in summary.items()])

@@ -1,7 +1,209 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim profiles``: list, show and validate measured (and derived) FPM profiles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 
+from jaxsim.cli.common import EXIT_INVALID, fail, guarded
+
+LIST_HELP = """List the profiles bundled with jaxsim: name, model, system, tensor-parallel sizes and kind.
+
+"measured" profiles come from real forward-pass logs or planner sweeps; "derived" ones are computed from
+measured tables by a documented model (their provenance says how).
+
+Examples:
+
+  jaxsim profiles list
+
+  jaxsim profiles list --json
+"""
+
+SHOW_HELP = """Show a profile (bundled name or directory): identity, resources, measured support per deployment
+(decode batches and total-KV range, prefill batches and tokens), provenance and licence.
+
+Examples:
+
+  jaxsim profiles show qwen3-32b-bf16-b300
+
+  jaxsim profiles show ./my-profile --json
+"""
+
+VALIDATE_HELP = """Validate a profile directory (or bundled name): the profile JSON, the table sidecar and rows, and
+that every deployment matches genuine decode and prefill rows. Exit 0 when valid, 2 with one line per
+problem otherwise.
+
+Examples:
+
+  jaxsim profiles validate ./my-profile
+
+  jaxsim profiles validate qwen3-32b-bf16-b300-eagle3-k3
+"""
+
+
+def _bundled_entry(name_or_path: str):
+    from jaxsim.data.registry import list_bundled
+
+    for p in list_bundled():
+        if p.name == name_or_path:
+            return p
+    return None
+
+
+def _range(a) -> list[int] | None:
+    return None if len(a) == 0 else [int(min(a)), int(max(a))]
+
+
+def describe_profile(name_or_path: str) -> dict:
+    """A JSON-ready description of a profile directory or bundled profile."""
+    from jaxsim.data.registry import resolve_profile
+    from jaxsim.errors import TableError
+    from jaxsim.profile import load_profile_dir
+
+    entry = _bundled_entry(name_or_path)
+    path = resolve_profile(name_or_path)
+    bundle = load_profile_dir(path)
+    prof = bundle.profile
+    deps = []
+    for d in prof.deployments:
+        res = d.resources
+        rm = res.runtime_memory
+        item = {
+            "identity": d.describe(),
+            "system": d.system, "backend": d.backend, "backend_version": d.backend_version, "tp": d.tp, "dp": d.dp,
+            "worker_type": d.worker_type,
+            "precision": {"gemm": d.gemm_quant_mode, "moe": d.moe_quant_mode, "fmha": d.fmha_quant_mode,
+                          "comm": d.comm_quant_mode, "kv_cache": d.kv_cache_dtype},
+            "execution_profile": None if d.execution_profile is None else d.execution_profile.to_dict(),
+            "resources": {
+                "cache_layout": res.cache_layout, "memory_source": res.memory_source,
+                "kv_bytes_per_token": res.kv_bytes_per_token,
+                "kv_cache_bytes": None if rm is None else rm.kv_cache_bytes,
+                "kv_cache_tokens": None if rm is None or not res.kv_bytes_per_token else rm.kv_cache_bytes // res.kv_bytes_per_token,
+                "gpu_memory_utilization": None if rm is None else rm.gpu_memory_utilization,
+                "max_model_len": None if rm is None else rm.max_model_len,
+                "max_num_batched_tokens": res.max_num_tokens, "max_num_seqs": res.max_batch_size,
+                "provenance": res.provenance,
+            },
+        }
+        try:
+            cell = bundle.cell(d)
+            item["support"] = {
+                "decode_rows": cell.num_decode_rows,
+                "decode_batches": sorted({int(b) for b in cell.decode_batch}),
+                "decode_kv_range": _range(cell.decode_kv),
+                "prefill_rows": cell.num_prefill_rows,
+                "prefill_batches": sorted({int(b) for b in cell.prefill_batch}),
+                "prefill_token_range": _range(cell.prefill_tokens),
+                "prefill_kv_range": _range(cell.prefill_kv),
+            }
+        except TableError as e:
+            item["support"] = {"error": str(e)}
+        deps.append(item)
+    return {
+        "name": entry.name if entry else None,
+        "path": str(path),
+        "kind": entry.kind if entry else None,
+        "model": prof.model, "model_revision": prof.model_revision, "architecture": prof.architecture,
+        "context_length": prof.context_length, "num_experts": prof.num_experts,
+        "measurement_policy": bundle.table.measurement_policy,
+        "provenance": prof.provenance,
+        "licence": entry.licence if entry else "not recorded: see the provenance and the data's own licence",
+        "deployments": deps,
+    }
+
+
+def _fmt_range(r) -> str:
+    return "-" if not r else f"{r[0]:,} .. {r[1]:,}"
+
+
+def _fmt_batches(bs: list[int]) -> str:
+    if not bs:
+        return "-"
+    if bs == list(range(bs[0], bs[-1] + 1)) and len(bs) > 2:
+        return f"{bs[0]}..{bs[-1]} (all)"
+    return ", ".join(map(str, bs)) if len(bs) <= 12 else f"{', '.join(map(str, bs[:6]))}, ... {bs[-1]} ({len(bs)})"
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    group = typer.Typer(help="List, show and validate FPM profiles (bundled or on disk).", no_args_is_help=True)
+    app.add_typer(group, name="profiles")
+
+    @group.command("list", help=LIST_HELP)
+    @guarded
+    def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
+        from jaxsim.data.registry import list_bundled
+
+        items = list_bundled()
+        if as_json:
+            typer.echo(json.dumps([p.to_dict() for p in items], indent=1))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="Bundled profiles")
+        t.add_column("name", no_wrap=True)
+        for col in ("model", "system", "TP", "kind", "K"):
+            t.add_column(col)
+        for p in items:
+            kind = "[bold yellow]derived[/]" if p.kind == "derived" else "measured"
+            t.add_row(p.name, p.model, p.system, ",".join(map(str, p.tps)), kind, str(p.num_draft_tokens or "-"))
+        Console().print(t)
+
+    @group.command("show", help=SHOW_HELP)
+    @guarded
+    def show_cmd(
+        profile: str = typer.Argument(..., help="Bundled profile name or profile directory."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        info = describe_profile(profile)
+        if as_json:
+            typer.echo(json.dumps(info, indent=1))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        con = Console()
+        title = info["name"] or info["path"]
+        kind = f" [{info['kind']}]" if info["kind"] else ""
+        con.print(f"[bold]{title}[/]{kind}")
+        con.print(f"model {info['model']} @ {info['model_revision']} ({info['architecture']}, context {info['context_length']:,}, "
+                  f"{'dense' if not info['num_experts'] else str(info['num_experts']) + ' experts'}); policy {info['measurement_policy']}")
+        t = Table(title="Deployments")
+        for col in ("deployment", "precision", "K", "KV pool", "envelope", "decode support", "prefill support"):
+            t.add_column(col)
+        for d in info["deployments"]:
+            r, s = d["resources"], d["support"]
+            pool = "-" if r["kv_cache_bytes"] is None else f"{r['kv_cache_bytes'] / 2**30:,.1f} GiB = {r['kv_cache_tokens']:,} tok x {r['kv_bytes_per_token']:,} B (gmu {r['gpu_memory_utilization']:g})"
+            env = f"{r['max_num_batched_tokens']:,} tok / {r['max_num_seqs']:,} seqs"
+            k = str(d["execution_profile"]["num_draft_tokens"]) if d["execution_profile"] else "-"
+            prec = f"{d['precision']['gemm']} / kv {d['precision']['kv_cache']}"
+            if "error" in s:
+                dec = pre = s["error"]
+            else:
+                dec = f"b {_fmt_batches(s['decode_batches'])}; KV {_fmt_range(s['decode_kv_range'])} ({s['decode_rows']} rows)"
+                pre = f"b {_fmt_batches(s['prefill_batches'])}; tokens {_fmt_range(s['prefill_token_range'])} ({s['prefill_rows']} rows)"
+            t.add_row(f"{d['system']} {d['backend']} {d['backend_version']} TP{d['tp']}", prec, k, pool, env, dec, pre)
+        con.print(t)
+        con.print(f"[bold]Provenance:[/] {info['provenance']}")
+        con.print(f"[bold]Licence:[/] {info['licence']}")
+
+    @group.command("validate", help=VALIDATE_HELP)
+    def validate_cmd(profile: str = typer.Argument(..., help="Profile directory or bundled profile name.")) -> None:
+        from jaxsim.data.registry import resolve_profile
+        from jaxsim.errors import JaxsimError
+        from jaxsim.profile import validate_profile_dir
+
+        try:
+            path = resolve_profile(profile)
+        except JaxsimError as e:
+            fail(str(e))
+        problems = validate_profile_dir(path)
+        if problems:
+            for line in problems:
+                typer.echo(" ".join(str(line).split()))
+            typer.echo(f"error: {len(problems)} problem(s) in {path}", err=True)
+            raise typer.Exit(EXIT_INVALID)
+        typer.echo(f"{path}: ok")

@@ -33,12 +33,13 @@ class BundledProfile:
     kind: str
     description: str
     num_draft_tokens: int = 0
+    licence: str = ""
 
     def to_dict(self) -> dict:
         return {
             "name": self.name, "path": str(self.path), "model": self.model, "system": self.system,
             "tps": list(self.tps), "kind": self.kind, "num_draft_tokens": self.num_draft_tokens,
-            "description": self.description,
+            "description": self.description, "licence": self.licence,
         }
 
 
@@ -66,6 +67,7 @@ def _index() -> tuple[BundledProfile, ...]:
         out.append(BundledProfile(
             name=e["name"], path=root / e["name"], model=e["model"], system=e["system"], tps=tuple(e["tps"]),
             kind=e["kind"], description=e["description"], num_draft_tokens=int(e.get("num_draft_tokens", 0)),
+            licence=e.get("licence", ""),
         ))
     return tuple(out)
 
