@@ -126,12 +126,11 @@ def plot_decode_curves(view: ProfileView, path: str | os.PathLike, *, title: str
     fig, (ax,) = _figure(9.5, 5.5)
     from matplotlib import colormaps
 
-    cmap = colormaps["viridis"]
-    span = np.log(batches.max() / batches.min()) if batches.size > 1 else 1.0
-    for b in batches:
+    cmap = colormaps["turbo"]
+    for i, b in enumerate(batches):
         m = cell.decode_batch == b
-        c = cmap(0.9 * np.log(b / batches.min()) / span if span > 0 else 0.0)
-        ax.plot(cell.decode_kv[m], cell.decode_latency_ms[m], "o-", color=c, ms=3, lw=1.2, label=f"{int(b)}")
+        c = cmap(0.05 + 0.9 * i / max(batches.size - 1, 1))
+        ax.plot(cell.decode_kv[m], cell.decode_latency_ms[m], "o-", color=c, ms=3, lw=1.0, label=f"{int(b)}")
     ax.set_xlabel(KV_LABEL)
     ax.set_ylabel(_decode_ylabel(_is_speculative(view)))
     if cell.decode_latency_ms.max() > 20 * cell.decode_latency_ms.min():
@@ -268,7 +267,7 @@ def plot_prefill_surface(view: ProfileView, path: str | os.PathLike, *, batch: i
     m = cell.prefill_batch == pb
     tok, kv, lat = cell.prefill_tokens[m], cell.prefill_kv[m], cell.prefill_latency_ms[m]
     levels = np.unique(kv)
-    surface = levels.size >= 2 and np.unique(tok).size >= 2
+    surface = sum(np.unique(tok[kv == lv]).size >= 2 for lv in levels) >= 2
     fig, axes = _figure(13.0 if surface else 8.0, 5.0, 2 if surface else 1)
     from matplotlib import colormaps
 
@@ -311,14 +310,15 @@ def plot_prefill_surface(view: ProfileView, path: str | os.PathLike, *, batch: i
 
 # column names written by ``jaxsim sweep`` and ``jaxsim replay``
 SWEEP_PER_GPU = "output_tokens_per_s_per_gpu"
-SWEEP_PER_USER = "output_tokens_per_s_per_user"
+SWEEP_PER_USER = "tokens_per_s_per_user"
 SWEEP_FEASIBLE = "sla_ok"
-SWEEP_LABEL = "label"
+SWEEP_ON_PARETO = "on_pareto"
+SWEEP_LABEL_COLUMNS = ("mode", "tp", "nextn", "concurrency")
 REPLAY_TTFT = "ttft_ms"
 REPLAY_TPOT = "tpot_ms"
 REPLAY_E2E = "e2e_ms"
-REPLAY_DONE = "completed"
-REPLAY_CONFIG = "config_id"
+REPLAY_TERMINAL = "terminal"  # "completed" | "unfinished" | "rejected"
+REPLAY_CONFIGS = ("config", "config_id", "config_index")
 
 
 def read_columns(results: Any) -> dict[str, np.ndarray]:
@@ -373,33 +373,77 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def plot_pareto(results: Any, path: str | os.PathLike, *, title: str | None = None) -> Path:
-    """Output tokens/s per GPU vs tokens/s per user for every evaluated config; SLA-feasible points and
-    their Pareto frontier highlighted."""
-    src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
+def _read_sweep(results: Any, src: str, max_points: int) -> dict[str, np.ndarray]:
+    """The sweep columns a Pareto plot needs; large parquet files are streamed by row group and the
+    non-frontier points thinned to about ``max_points`` (the frontier is always kept whole)."""
+    want = (SWEEP_PER_USER, SWEEP_PER_GPU, SWEEP_FEASIBLE, SWEEP_ON_PARETO, *SWEEP_LABEL_COLUMNS)
+    if isinstance(results, (str, os.PathLike)) and Path(results).suffix.lower() == ".parquet" and Path(results).is_file():
+        import pyarrow.parquet as pq
+
+        try:
+            f = pq.ParquetFile(results)
+        except Exception as e:
+            raise QueryError(f"{src}: not a readable parquet result table ({type(e).__name__})") from None
+        names = set(f.schema_arrow.names)
+        _need({n: None for n in names}, (SWEEP_PER_GPU, SWEEP_PER_USER), "sweep result table", src)
+        cols_to_read = [c for c in want if c in names]
+        step = max(1, f.metadata.num_rows // max(max_points, 1))
+        parts = []
+        for rg in range(f.num_row_groups):
+            t = read_columns(f.read_row_group(rg, columns=cols_to_read))
+            if step > 1:
+                keep = np.zeros(t[SWEEP_PER_GPU].shape, bool)
+                keep[::step] = True
+                if SWEEP_ON_PARETO in t:
+                    keep |= np.asarray(t[SWEEP_ON_PARETO], bool)
+                t = {k: v[keep] for k, v in t.items()}
+            parts.append(t)
+        return {k: np.concatenate([p[k] for p in parts]) for k in cols_to_read}
     cols = read_columns(results)
     _need(cols, (SWEEP_PER_GPU, SWEEP_PER_USER), "sweep result table", src)
+    return cols
+
+
+def _config_label(cols: dict, i: int) -> str:
+    parts = []
+    for key, fmt in (("mode", "{}"), ("tp", "TP{}"), ("nextn", "K={}"), ("concurrency", "{} conc.")):
+        if key in cols:
+            v = cols[key][i]
+            parts.append(fmt.format(v.item() if hasattr(v, "item") else v))
+    return " ".join(parts)
+
+
+def plot_pareto(results: Any, path: str | os.PathLike, *, title: str | None = None, max_points: int = 200_000) -> Path:
+    """Output tokens/s per GPU vs tokens/s per user for the evaluated configs (a sweep result table);
+    SLA-feasible points and their Pareto frontier highlighted."""
+    src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
+    cols = _read_sweep(results, src, max_points)
     x = np.asarray(cols[SWEEP_PER_USER], dtype=np.float64)
     y = np.asarray(cols[SWEEP_PER_GPU], dtype=np.float64)
-    feasible = np.asarray(cols[SWEEP_FEASIBLE], dtype=bool) if SWEEP_FEASIBLE in cols else np.isfinite(x) & np.isfinite(y)
     finite = np.isfinite(x) & np.isfinite(y)
-    front = pareto_mask(np.where(feasible, x, np.nan), np.where(feasible, y, np.nan))
+    feasible = (np.asarray(cols[SWEEP_FEASIBLE], dtype=bool) if SWEEP_FEASIBLE in cols else np.ones(x.shape, bool)) & finite
+    if SWEEP_ON_PARETO in cols:
+        front = np.asarray(cols[SWEEP_ON_PARETO], dtype=bool) & feasible
+    else:
+        front = pareto_mask(np.where(feasible, x, np.nan), np.where(feasible, y, np.nan))
     fig, (ax,) = _figure(9.0, 5.8)
-    ax.scatter(x[finite & ~feasible], y[finite & ~feasible], s=6, c="#cccccc", label=f"misses the SLA ({int(np.sum(finite & ~feasible))})", rasterized=True)
-    ax.scatter(x[feasible & ~front], y[feasible & ~front], s=8, c="#6baed6", label=f"meets the SLA ({int(np.sum(feasible))})", rasterized=True)
+    miss = finite & ~feasible
+    ax.scatter(x[miss], y[miss], s=6, c="#cccccc", label="misses the SLA", rasterized=True)
+    ax.scatter(x[feasible & ~front], y[feasible & ~front], s=8, c="#6baed6", label="meets the SLA", rasterized=True)
     fx, fy = x[front], y[front]
     o = np.argsort(fx)
-    ax.plot(fx[o], fy[o], "o-", color="#d94801", ms=5, lw=1.8, label=f"SLA-feasible Pareto frontier ({int(front.sum())})")
-    label_col = SWEEP_LABEL if SWEEP_LABEL in cols else None
-    if label_col is not None and front.sum() <= 12:
-        for xi, yi, t in zip(fx, fy, np.asarray(cols[label_col])[front]):
-            ax.annotate(str(t), (xi, yi), fontsize=6, xytext=(4, 3), textcoords="offset points")
-    n_out = int(np.sum(~finite))
+    ax.plot(fx[o], fy[o], "o-", color="#d94801", ms=5, lw=1.8, label=f"SLA-feasible Pareto frontier ({int(front.sum())} configs)")
+    if 0 < front.sum() <= 12:
+        for i in np.flatnonzero(front):
+            text = _config_label(cols, int(i))
+            if text:
+                ax.annotate(text, (x[i], y[i]), fontsize=6, xytext=(4, 3), textcoords="offset points")
     ax.set_xlabel("output tokens/s per user (interactivity)")
     ax.set_ylabel("output tokens/s per GPU (throughput)")
     ax.grid(True, alpha=0.3)
-    extra = f"; {n_out} configs outside measured support not drawn" if n_out else ""
-    ax.set_title(title or f"Throughput vs interactivity over {x.size} configs{extra}", fontsize=10)
+    n_out = int(np.sum(~finite))
+    extra = f"; {n_out} outside measured support, not drawn" if n_out else ""
+    ax.set_title(title or f"Throughput vs interactivity: {int(finite.sum())} configs drawn{extra}", fontsize=10)
     ax.legend(fontsize=8, loc="upper right")
     return _save(fig, path)
 
@@ -422,8 +466,12 @@ def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None
     cols = read_columns(results)
     names = (REPLAY_TTFT, REPLAY_TPOT, REPLAY_E2E)
     _need(cols, names, "replay per-request table", src)
-    done = np.asarray(cols[REPLAY_DONE], dtype=bool) if REPLAY_DONE in cols else np.ones(cols[REPLAY_TTFT].shape, bool)
-    groups = np.asarray(cols[REPLAY_CONFIG]) if REPLAY_CONFIG in cols else np.zeros(done.shape, np.int64)
+    if REPLAY_TERMINAL in cols:
+        done = np.asarray(cols[REPLAY_TERMINAL]).astype(str) == "completed"
+    else:
+        done = np.isfinite(np.asarray(cols[REPLAY_E2E], dtype=np.float64))
+    config_col = _first(cols, REPLAY_CONFIGS)
+    groups = np.asarray(cols[config_col]) if config_col else np.zeros(done.shape, np.int64)
     keys = list(dict.fromkeys(groups.tolist()))
     if len(keys) > max_series:
         keys = keys[:max_series]
@@ -443,4 +491,39 @@ def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None
         ax.legend(fontsize=7, loc="lower right")
     n_done = int(done.sum())
     fig.suptitle(title or f"Latency distributions over {n_done} completed requests ({done.size - n_done} not completed)", fontsize=10)
+    return _save(fig, path)
+
+
+def plot_kv_timeline(timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None) -> Path:
+    """KV-cache blocks in use and running / waiting requests over simulated time, from a replay timeline
+    (``jaxsim.replay.metrics.timeline_table``)."""
+    src = str(timeline) if isinstance(timeline, (str, os.PathLike)) else "timeline"
+    cols = read_columns(timeline)
+    _need(cols, ("end_ms", "kv_blocks_used", "running", "waiting"), "replay timeline", src)
+    t = np.asarray(cols["end_ms"], dtype=np.float64) / 1000.0
+    fig, axes = _figure(11.0, 4.6, 2)
+    ax = axes[0]
+    used = np.asarray(cols["kv_blocks_used"], dtype=np.float64)
+    if num_gpu_blocks:
+        ax.step(t, 100.0 * used / num_gpu_blocks, where="post", lw=1.0, color="#08519c")
+        ax.set_ylabel(f"KV pool in use (% of {num_gpu_blocks:,} blocks)")
+        ax.set_ylim(0, 105)
+    else:
+        ax.step(t, used, where="post", lw=1.0, color="#08519c")
+        ax.set_ylabel("KV blocks in use")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_title("KV cache use after each scheduler pass", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax2 = axes[1]
+    ax2.step(t, cols["running"], where="post", lw=1.0, label="running (admitted)")
+    ax2.step(t, cols["waiting"], where="post", lw=1.0, label="waiting (queued)")
+    if "preemptions" in cols and np.sum(cols["preemptions"]) > 0:
+        pre = np.asarray(cols["preemptions"]) > 0
+        ax2.plot(t[pre], np.asarray(cols["running"])[pre], "x", color="#cb181d", ms=4, label="pass with a preemption")
+    ax2.set_xlabel("simulated time (s)")
+    ax2.set_ylabel("requests")
+    ax2.set_title("Requests running and waiting", fontsize=9)
+    ax2.grid(True, alpha=0.3)
+    ax2.legend(fontsize=7)
+    fig.suptitle(title or f"Replay timeline over {t.size} scheduler passes", fontsize=10)
     return _save(fig, path)

@@ -55,7 +55,8 @@ def sweep_columns(n: int = 300, seed: int = 0) -> dict[str, np.ndarray]:
         plots.SWEEP_PER_USER: per_user,
         plots.SWEEP_PER_GPU: per_gpu,
         plots.SWEEP_FEASIBLE: per_user > 30,
-        plots.SWEEP_LABEL: np.array([f"cfg{i}" for i in range(n)]),
+        "tp": rng.choice([1, 2, 4], n),
+        "nextn": rng.integers(0, 4, n),
     }
 
 
@@ -67,8 +68,8 @@ def replay_columns(n: int = 200, seed: int = 1) -> dict[str, np.ndarray]:
         plots.REPLAY_TTFT: ttft,
         plots.REPLAY_TPOT: tpot,
         plots.REPLAY_E2E: ttft + 200 * tpot,
-        plots.REPLAY_DONE: rng.uniform(size=n) > 0.05,
-        plots.REPLAY_CONFIG: np.repeat([0, 1], n // 2),
+        plots.REPLAY_TERMINAL: np.where(rng.uniform(size=n) > 0.05, "completed", "unfinished"),
+        "config": np.repeat([0, 1], n // 2),
     }
 
 
@@ -155,6 +156,40 @@ def test_result_figures_from_mappings_and_files(tmp_path):
     assert_png(plots.plot_latency_cdf(replay_columns(), tmp_path / "cdf.png"))
     pq.write_table(pa.table(sweep_columns()), tmp_path / "sweep.parquet")
     assert_png(plots.plot_pareto(tmp_path / "sweep.parquet", tmp_path / "pareto2.png"))
+
+
+def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = sweep_columns(n=5000, seed=3)
+    ok = cols[plots.SWEEP_FEASIBLE] & np.isfinite(cols[plots.SWEEP_PER_GPU])
+    front = plots.pareto_mask(np.where(ok, cols[plots.SWEEP_PER_USER], np.nan), np.where(ok, cols[plots.SWEEP_PER_GPU], np.nan))
+    cols[plots.SWEEP_ON_PARETO] = front
+    path = tmp_path / "big.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=700)
+    read = plots._read_sweep(path, str(path), max_points=500)
+    assert 500 <= read[plots.SWEEP_PER_GPU].size <= 500 + 8 + int(front.sum())
+    assert read[plots.SWEEP_ON_PARETO].sum() == front.sum()
+    assert set(read) <= {plots.SWEEP_PER_USER, plots.SWEEP_PER_GPU, plots.SWEEP_FEASIBLE, plots.SWEEP_ON_PARETO, *plots.SWEEP_LABEL_COLUMNS}
+    assert_png(plots.plot_pareto(path, tmp_path / "big.png", max_points=500))
+
+
+def test_kv_timeline(tmp_path):
+    n = 300
+    rng = np.random.default_rng(2)
+    running = np.clip(np.cumsum(rng.integers(-1, 2, n)), 0, None)
+    timeline = {
+        "end_ms": np.cumsum(rng.uniform(5, 15, n)),
+        "kv_blocks_used": running * 40,
+        "running": running,
+        "waiting": np.clip(running - 5, 0, None),
+        "preemptions": (rng.uniform(size=n) > 0.97).astype(np.int64),
+    }
+    assert_png(plots.plot_kv_timeline(timeline, tmp_path / "tl.png", num_gpu_blocks=int(running.max() * 40)))
+    assert_png(plots.plot_kv_timeline(timeline, tmp_path / "tl2.png"))
+    with pytest.raises(QueryError, match="replay timeline"):
+        plots.plot_kv_timeline(sweep_columns(), tmp_path / "tl3.png")
 
 
 def test_result_figures_reject_wrong_tables(tmp_path):
