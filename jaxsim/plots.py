@@ -164,6 +164,16 @@ def _padded_call(fn, table: RoundTable, *columns: np.ndarray) -> tuple[np.ndarra
     return np.asarray(lat)[:n], np.asarray(code)[:n]
 
 
+def decode_points(table: RoundTable, batches, total_kv_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Decode latency (ms, NaN outside support) and status codes for paired (batch, total KV) queries,
+    evaluated by the compiled kernel."""
+    b = np.asarray(batches, dtype=np.int64).ravel()
+    k = np.asarray(total_kv_tokens, dtype=np.int64).ravel()
+    if b.shape != k.shape:
+        raise QueryError(f"{b.size} batch sizes but {k.size} KV totals")
+    return _padded_call(decode_batch, table, b, k)
+
+
 def support_grid(table: RoundTable, batches, kv_tokens) -> tuple[np.ndarray, np.ndarray]:
     """Decode latency (ms, NaN outside support) and status codes on a batch × total-KV grid,
     evaluated by the compiled kernel. Shapes ``(len(batches), len(kv_tokens))``."""
