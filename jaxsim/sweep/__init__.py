@@ -1,0 +1,25 @@
+"""Vectorized deployment sweeps: steady-state metrics over millions of configurations.
+
+* :mod:`jaxsim.sweep.spec`: the sweep spec (TOML) and its lazy, validated expansion;
+* :mod:`jaxsim.sweep.evaluate`: the compiled steady-state evaluator (one config, vmapped);
+* :mod:`jaxsim.sweep.run`: chunked, sharded, resumable streaming to parquet/CSV, Pareto frontier.
+"""
+
+from jaxsim.sweep.evaluate import ConfigInputs, Metrics, Sla, evaluate_chunk, evaluate_config, expected_rounds, stack_tables
+from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep, spec_from_dict
+
+__all__ = [
+    "ConfigInputs",
+    "Metrics",
+    "Sla",
+    "SpecError",
+    "SweepPlan",
+    "SweepSpec",
+    "evaluate_chunk",
+    "evaluate_config",
+    "expected_rounds",
+    "load_spec",
+    "plan_sweep",
+    "spec_from_dict",
+    "stack_tables",
+]

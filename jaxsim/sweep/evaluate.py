@@ -1,0 +1,453 @@
+"""Steady-state evaluator: one deployment configuration → throughput and latency, vmapped over configs.
+
+:func:`evaluate_config` is written for ONE configuration (its scheduler, pool, acceptance and workload as
+arrays) against one prefill and one decode :class:`~jaxsim.kernels.rounds.RoundTable`; :func:`evaluate_chunk`
+vmaps it over a chunk whose configurations share their tables, which it slices by integer index from one
+stacked pytree (:func:`stack_tables`), so a whole sweep compiles once. Every latency comes from the
+compiled round kernels; a configuration that needs a lookup outside measured support gets that lookup's
+status code (≥ 16) and NaN metrics, never an extrapolated value. The model is written down in
+``docs/sweep.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float64, Int32, Int64
+
+from jaxsim.kernels import capacity
+from jaxsim.kernels import status as st
+from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS
+from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, scheduler_pass_latency_ms
+
+# Sweep-model status codes (kernel codes are below 32; every code here is "unsupported").
+REQUEST_EXCEEDS_KV_POOL = 40
+REQUEST_EXCEEDS_CONTEXT = 41
+PROMPT_EXCEEDS_PREFILL_POOL = 42
+TOKEN_BUDGET_TOO_SMALL = 43
+
+STATUS_NAMES: dict[int, str] = {
+    **st.NAMES,
+    REQUEST_EXCEEDS_KV_POOL: "unsupported:request_exceeds_kv_pool",
+    REQUEST_EXCEEDS_CONTEXT: "unsupported:request_exceeds_max_model_len",
+    PROMPT_EXCEEDS_PREFILL_POOL: "unsupported:prompt_exceeds_prefill_kv_pool",
+    TOKEN_BUDGET_TOO_SMALL: "unsupported:token_budget_below_one_decode_round",
+}
+STATUS_EXPLAIN: dict[int, str] = {
+    **st.EXPLAIN,
+    REQUEST_EXCEEDS_KV_POOL: "one request (ISL + OSL + lookahead) needs more KV blocks than the pool holds",
+    REQUEST_EXCEEDS_CONTEXT: "ISL + OSL exceeds the deployment's context bound (max_model_len)",
+    PROMPT_EXCEEDS_PREFILL_POOL: "a prompt does not fit the prefill worker's KV pool",
+    TOKEN_BUDGET_TOO_SMALL: "max_num_batched_tokens is below the nextn + 1 tokens of one decoding request",
+}
+
+# What bounds the effective concurrency.
+LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
+
+# Gauss-Legendre nodes/weights on [0, 1]: decode-trajectory progress and prefill-chunk positions.
+_GL_T = np.array([-0.8611363115940526, -0.3399810435848563, 0.3399810435848563, 0.8611363115940526])
+_GL_W = np.array([0.3478548451374538, 0.6521451548625461, 0.6521451548625461, 0.3478548451374538])
+GL_NODES = (_GL_T + 1.0) / 2.0
+GL_WEIGHTS = _GL_W / 2.0
+NUM_CHUNK_POINTS = GL_NODES.size
+
+
+# ----------------------------------------------------------------------------------------------------
+# pytrees
+
+
+class ConfigInputs(eqx.Module):
+    """One configuration (leading axis = configs when batched). Workload classes are padded to W with
+    weight 0. Pools and budgets are rank-local; ``*_workers`` count engine replicas inside one serving
+    unit (aggregated: 0 prefill, 1 decode/aggregated worker)."""
+
+    prefill_workers: Int64[Array, ""]
+    decode_workers: Int64[Array, ""]
+    prefill_gpus: Int64[Array, ""]
+    decode_gpus: Int64[Array, ""]
+    nextn: Int64[Array, ""]
+    acceptance_id: Int64[Array, ""]
+    max_num_seqs: Int64[Array, ""]
+    max_num_batched_tokens: Int64[Array, ""]
+    prefill_max_num_batched_tokens: Int64[Array, ""]
+    kv_blocks: Int64[Array, ""]
+    prefill_kv_blocks: Int64[Array, ""]
+    block_size: Int64[Array, ""]
+    max_model_len: Int64[Array, ""]
+    kv_bytes_per_token: Int64[Array, ""]
+    kv_transfer_bytes_per_s: Float64[Array, ""]
+    concurrency: Int64[Array, ""]
+    isl: Int64[Array, " W"]
+    osl: Int64[Array, " W"]
+    weight: Float64[Array, " W"]
+
+
+class Sla(eqx.Module):
+    """Service-level limits on mean TTFT, mean TPOT and per-user output rate (inf/0 = no limit)."""
+
+    max_ttft_ms: Float64[Array, ""]
+    max_tpot_ms: Float64[Array, ""]
+    min_tokens_per_s_per_user: Float64[Array, ""]
+
+    @staticmethod
+    def make(max_ttft_ms: float | None = None, max_tpot_ms: float | None = None, min_tokens_per_s_per_user: float | None = None) -> "Sla":
+        inf = float("inf")
+        return Sla(
+            jnp.float64(inf if max_ttft_ms is None else max_ttft_ms),
+            jnp.float64(inf if max_tpot_ms is None else max_tpot_ms),
+            jnp.float64(0.0 if min_tokens_per_s_per_user is None else min_tokens_per_s_per_user),
+        )
+
+
+class Metrics(eqx.Module):
+    """Steady-state metrics of one configuration (means over its workload mix; NaN when unsupported)."""
+
+    status: Int32[Array, ""]
+    limit: Int32[Array, ""]
+    concurrency: Int64[Array, ""]
+    decode_batch: Float64[Array, ""]
+    round_ms: Float64[Array, ""]
+    pass_ms: Float64[Array, ""]
+    prefill_chunks: Float64[Array, ""]
+    rounds: Float64[Array, ""]
+    tokens_per_round: Float64[Array, ""]
+    ttft_ms: Float64[Array, ""]
+    tpot_ms: Float64[Array, ""]
+    e2e_ms: Float64[Array, ""]
+    request_rate_per_s: Float64[Array, ""]
+    output_tokens_per_s_per_gpu: Float64[Array, ""]
+    tokens_per_s_per_user: Float64[Array, ""]
+    sla_ok: Bool[Array, ""]
+
+
+# ----------------------------------------------------------------------------------------------------
+# tables
+
+
+_I64_MAX = np.iinfo(np.int64).max
+# Fill value of every RoundTable leaf: padding must read as "no measured support".
+_TABLE_FILL = {
+    "kv_grid": _I64_MAX,
+    "n_kv": 0,
+    "row_of_batch": 0,
+    "packed": st.BATCH_OUT_OF_RANGE << 24,
+    "curve_batch": 0,
+    "seg": 0.0,
+    "curve_base_ms": 0.0,
+    "pre_batch_index": -1,
+    "pre_tok_grid": _I64_MAX,
+    "pre_n_tok": 0,
+    "pre_kv_grid": _I64_MAX,
+    "pre_n_kv": 0,
+    "pre_coef": 0.0,
+    "pre_code": st.PREFILL_NO_SUPPORT,
+}
+
+
+def _table_fields(t: RoundTable) -> list[str]:
+    return [f.name for f in dataclasses.fields(t) if not f.metadata.get("static", False)]
+
+
+def stack_tables(tables: Sequence[RoundTable]) -> RoundTable:
+    """Pad tables to common shapes and stack them on a leading axis (static fields reset to AR/0)."""
+    if not tables:
+        raise ValueError("stack_tables needs at least one table")
+    names = _table_fields(tables[0])
+    unknown = sorted(set(names) - set(_TABLE_FILL))
+    if unknown:
+        raise TypeError(f"stack_tables: no padding rule for RoundTable field(s) {', '.join(unknown)}")
+    leaves = {}
+    for name in names:
+        arrs = [np.asarray(getattr(t, name)) for t in tables]
+        shape = tuple(max(a.shape[i] for a in arrs) for i in range(arrs[0].ndim))
+        out = np.full((len(arrs), *shape), _TABLE_FILL[name], dtype=arrs[0].dtype)
+        for i, a in enumerate(arrs):
+            out[(i, *(slice(0, n) for n in a.shape))] = a
+        leaves[name] = jnp.asarray(out)
+    return RoundTable(**leaves, speculative=False, num_draft_tokens=0)
+
+
+def take_table(stack: RoundTable, index: Int64[Array, ""]) -> RoundTable:
+    """Table ``index`` of a stack (a dynamic slice; index unbatched)."""
+    return jax.tree.map(lambda a: a[index], stack)
+
+
+def _as_speculative(t: RoundTable) -> RoundTable:
+    return dataclasses.replace(t, speculative=True)
+
+
+def pass_latency_ms(
+    t: RoundTable, speculative: Bool[Array, ""], num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """One scheduler pass (prefill chunks + decode rounds) priced by the kernels' composition for the
+    table's kind: ``speculative`` is a traced flag, so AR and SD tables share one stacked pytree."""
+    ar = scheduler_pass_latency_ms(t, num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
+    sd = scheduler_pass_latency_ms(_as_speculative(t), num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
+    return jnp.where(speculative, sd[0], ar[0]), jnp.where(speculative, sd[1], ar[1])
+
+
+# ----------------------------------------------------------------------------------------------------
+# acceptance → rounds
+
+
+def expected_rounds(rates: Float64[Array, " 5"], nextn: Int64[Array, ""], max_tokens: int) -> Float64[Array, " N"]:
+    """Exact E[rounds to emit m tokens], m = 0..max_tokens, for chained conditional acceptance.
+
+    A round emits T = 1 + accepted drafts (P(T ≥ j+1) = p_1···p_j, j ≤ K), capped by the remaining
+    output; the cap ends the last round early but never changes the count, so
+    f(m) = 1 + Σ_t P(T = t) f(m − t), f(m ≤ 0) = 0. K = 0 gives f(m) = m.
+    """
+    k = jnp.arange(MAX_DRAFT_TOKENS)
+    surv = jnp.cumprod(jnp.where(k < nextn, rates, 0.0))
+    ge = jnp.concatenate([jnp.ones(1), surv])  # P(T ≥ t), t = 1..6
+    p_t = ge - jnp.concatenate([ge[1:], jnp.zeros(1)])
+
+    def step(carry, _):
+        f = 1.0 + jnp.dot(p_t, carry)
+        return jnp.concatenate([f[None], carry[:-1]]), f
+
+    _, fs = jax.lax.scan(step, jnp.zeros(MAX_DRAFT_TOKENS + 1), None, length=max_tokens)
+    return jnp.concatenate([jnp.zeros(1), fs])
+
+
+expected_rounds_table = jax.jit(jax.vmap(expected_rounds, in_axes=(0, 0, None)), static_argnums=2)
+"""[A, 5] rates × [A] nextn → [A, max_tokens + 1] expected rounds (one row per acceptance setting)."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# per-quantity pieces (one configuration)
+
+
+def _masked_status(codes, used) -> Int32[Array, ""]:
+    return jnp.max(jnp.where(used, codes, 0)).astype(jnp.int32)
+
+
+
+
+def decode_round_ms_at(
+    t: RoundTable, batch: Int64[Array, ""], kv_per_request: Float64[Array, " Q"]
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """Mean decode-pass (round) time of an integer ``batch`` of decoding requests over the trajectory:
+    total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted."""
+    kv = jnp.round(batch.astype(jnp.float64) * kv_per_request).astype(jnp.int64)
+    lat, code = jax.vmap(decode_latency_ms, in_axes=(None, None, 0))(t, batch, kv)
+    return jnp.sum(GL_WEIGHTS * lat), jnp.max(code).astype(jnp.int32)
+
+
+def prompt_prefill_ms(
+    t: RoundTable,
+    speculative: Bool[Array, ""],
+    isl: Int64[Array, " W"],
+    chunk_tokens: Int64[Array, ""],
+    num_decode: Int64[Array, ""],
+    decode_kv_tokens: Int64[Array, ""],
+    live: Bool[Array, " W"],
+) -> tuple[Float64[Array, " W"], Int32[Array, ""]]:
+    """Time of all the scheduler passes that carry one prompt's prefill chunks, per workload class.
+
+    A prompt is split into c = ⌈ISL / chunk⌉ chunks; chunk j computes min(chunk, ISL − j·chunk) tokens
+    reading j·chunk cached tokens, in a pass beside ``num_decode`` decoding requests holding
+    ``decode_kv_tokens`` past KV in total. Up to 4 full chunks are priced one by one; more are integrated
+    with 4-point Gauss-Legendre over their KV read; the last (partial) chunk is always priced exactly.
+    """
+    chunk = jnp.maximum(chunk_tokens, 1)
+    c = (isl + chunk - 1) // chunk  # [W]
+    full = c - 1
+    q = jnp.arange(NUM_CHUNK_POINTS)
+    few = (full <= NUM_CHUNK_POINTS)[:, None]
+    pos = jnp.where(few, q[None, :].astype(jnp.float64), GL_NODES[None, :] * jnp.maximum(full - 1, 0)[:, None])
+    wts = jnp.where(few, (q[None, :] < full[:, None]).astype(jnp.float64), GL_WEIGHTS[None, :] * full[:, None])
+    kv_read = jnp.round(pos * chunk).astype(jnp.int64)  # [W, 4]
+    toks = jnp.concatenate([jnp.broadcast_to(chunk, kv_read.shape), (isl - full * chunk)[:, None]], axis=1)
+    kvs = jnp.concatenate([kv_read, (full * chunk)[:, None]], axis=1)
+    wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 5]
+    one = jnp.ones(toks.size, jnp.int64)
+    flat = jax.vmap(pass_latency_ms, in_axes=(None, None, 0, 0, 0, None, None))
+    lat, code = flat(t, speculative, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
+    lat, code = lat.reshape(toks.shape), code.reshape(toks.shape)
+    used = (wts > 0) & live[:, None]
+    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), _masked_status(code, used)
+
+
+def kv_transfer_ms(isl: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""], bytes_per_s: Float64[Array, ""]) -> Float64[Array, ""]:
+    """Prefill → decode KV hand-off of one prompt: each rank sends its rank-local share over its own link."""
+    return isl.astype(jnp.float64) * kv_bytes_per_token / bytes_per_s * 1e3
+
+
+def _share(w, x):
+    s = w * x
+    return s / jnp.maximum(jnp.sum(s), 1e-300)
+
+
+def _decode_kv_per_request(cfg: ConfigInputs, share, nodes) -> Float64[Array, " Q"]:
+    """Mean past KV per decoding request at trajectory progress u: Σ_w share_w (ISL_w + u·(OSL_w − 1))."""
+    isl = cfg.isl.astype(jnp.float64)
+    osl1 = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
+    return jnp.sum(share[None, :] * (isl[None, :] + nodes[:, None] * osl1[None, :]), axis=1)
+
+
+def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
+    """Requests in flight per decode (or aggregated) worker, which limit binds, and a capacity status.
+
+    min(target concurrency, max_num_seqs, KV pool ÷ blocks per request, token budget ÷ (nextn + 1)); blocks
+    per request = ⌈(ISL + OSL + lookahead)/block⌉ averaged over the mix weighted by residence.
+    """
+    step = cfg.nextn + 1
+    la = jnp.where(cfg.nextn > 0, cfg.nextn + 1, 0)
+    blocks_w = capacity.request_blocks(cfg.isl, cfg.osl, la, cfg.block_size)
+    occ = _share(w, rounds_w + 1.0)
+    mean_blocks = jnp.ceil(jnp.sum(occ * blocks_w)).astype(jnp.int64)
+    n_kv = capacity.max_concurrency(cfg.kv_blocks, mean_blocks, cfg.max_num_seqs)
+    n_budget = cfg.max_num_batched_tokens // step
+    n = jnp.minimum(jnp.minimum(cfg.concurrency, n_kv), n_budget)
+    limit = jnp.where(n == cfg.concurrency, 0, jnp.where(n == cfg.max_num_seqs, 1, jnp.where(n == n_kv, 2, 3)))
+    code = jnp.where(n_budget < 1, TOKEN_BUDGET_TOO_SMALL, 0)
+    code = jnp.where(jnp.any(live & (blocks_w > cfg.kv_blocks)) | (n_kv < 1), REQUEST_EXCEEDS_KV_POOL, code)
+    code = jnp.where(jnp.any(live & (cfg.isl + cfg.osl > cfg.max_model_len)), REQUEST_EXCEEDS_CONTEXT, code)
+    return jnp.maximum(n, 1), limit.astype(jnp.int32), code
+
+
+def evaluate_config(
+    prefill_table: RoundTable,
+    decode_table: RoundTable,
+    prefill_speculative: Bool[Array, ""],
+    decode_speculative: Bool[Array, ""],
+    disaggregated: Bool[Array, ""],
+    rounds_table: Float64[Array, "A M"],
+    sla: Sla,
+    cfg: ConfigInputs,
+) -> Metrics:
+    """Steady-state metrics of ONE configuration (the model is in docs/sweep.md).
+
+    Aggregated (both tables are the engine's): one engine serves a closed loop of ``concurrency``
+    clients and chunked prefill shares passes with decode rounds. ``disaggregated``: x prefill and
+    y decode workers, rate-matched. ``rounds_table[a, m]`` is the expected number of rounds to emit
+    m tokens under acceptance setting a (:func:`expected_rounds`).
+    """
+    disagg = disaggregated
+    w = jnp.maximum(cfg.weight, 0.0)
+    w = w / jnp.maximum(jnp.sum(w), 1e-300)
+    live = cfg.weight > 0
+    step = cfg.nextn + 1  # scheduler tokens per decoding request per pass
+    m_max = rounds_table.shape[1] - 1
+    rounds_w = rounds_table[cfg.acceptance_id, jnp.clip(cfg.osl - 1, 0, m_max)]
+    r_bar = jnp.sum(w * rounds_w)
+    n, limit, cap_code = effective_concurrency(cfg, rounds_w, w, live)
+    nf = n.astype(jnp.float64)
+
+    # aggregated pass structure: decodes are scheduled first, prompts are chunked into the rest
+    chunk = jnp.where(disagg, cfg.prefill_max_num_batched_tokens, cfg.max_num_batched_tokens - (n - 1) * step)
+    chunks_w = ((cfg.isl + chunk - 1) // chunk).astype(jnp.float64)
+    c_bar = jnp.sum(w * chunks_w)
+    passes = jnp.maximum((r_bar + c_bar) / nf, c_bar)  # engine passes per completed request
+    frac_mixed = c_bar / passes
+    prefill_bound = frac_mixed >= 1.0
+    # decoders beside a prefill chunk (nearest integer when prefill-bound)
+    n_mixed = jnp.where(prefill_bound, jnp.round(r_bar / passes), nf - 1.0).astype(jnp.int64)
+    n_mixed = jnp.where(disagg, 0, n_mixed)
+
+    share = _share(w, rounds_w)
+    kv_q = _decode_kv_per_request(cfg, share, jnp.asarray(GL_NODES))
+    kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
+    round_full, code_full = decode_round_ms_at(decode_table, n, kv_q)
+    mixed_kv = jnp.round(n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64)
+    prompt_w, pcode = prompt_prefill_ms(prefill_table, prefill_speculative, cfg.isl, chunk, n_mixed, mixed_kv, live)
+
+    # aggregated: the mean pass sets throughput; a decoding request sees passes weighted by its peers
+    mixed_bar = jnp.sum(w * prompt_w) / jnp.maximum(c_bar, 1e-300)
+    only_ms = jnp.where(prefill_bound, 0.0, round_full)  # decode-only passes never happen when prefill-bound
+    pass_agg = frac_mixed * mixed_bar + (1.0 - frac_mixed) * only_ms
+    dec_mixed = frac_mixed * n_mixed
+    dec_only = (1.0 - frac_mixed) * nf
+    round_agg = (dec_mixed * mixed_bar + dec_only * only_ms) / jnp.maximum(dec_mixed + dec_only, 1e-300)
+    rate_agg = 1.0 / (passes * pass_agg)  # requests per ms
+    wait_agg = jnp.maximum(nf * passes - r_bar - c_bar, 0.0) * pass_agg + (cfg.concurrency - n) / rate_agg
+    code_agg = jnp.where(prefill_bound, 0, code_full)
+
+    # disaggregated: decode workers run at the batch the prefill pool can feed
+    x = cfg.prefill_workers.astype(jnp.float64)
+    y = cfg.decode_workers.astype(jnp.float64)
+    rate_decode = y * nf / ((r_bar + 1.0) * round_full)  # + the round that delivers the first token
+    rate_prefill = x / jnp.sum(w * prompt_w)
+    feed_bound = disagg & (rate_prefill < rate_decode)
+    n_eff = jnp.where(feed_bound, jnp.clip(jnp.round(nf * rate_prefill / rate_decode), 1.0, nf), nf)
+    round_eff, code_eff = jax.lax.cond(
+        disagg, lambda: decode_round_ms_at(decode_table, n_eff.astype(jnp.int64), kv_q), lambda: (round_full, code_full)
+    )
+    round_dis = jnp.where(feed_bound, round_eff, round_full)
+    rate_dis = jnp.minimum(rate_prefill, rate_decode)
+    xfer_w = kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
+    wait_dis = y * (cfg.concurrency - n_eff) / rate_dis
+    prompt_blocks = (cfg.isl + cfg.block_size - 1) // jnp.maximum(cfg.block_size, 1)
+    code_dis = jnp.maximum(
+        jnp.where(feed_bound, code_eff, code_full),
+        jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, 0),
+    )
+
+    rate = jnp.where(disagg, rate_dis, rate_agg)
+    round_ms = jnp.where(disagg, round_dis, round_agg)
+    pass_ms = jnp.where(disagg, round_dis, pass_agg)
+    # disaggregated: the first token reaches the client with the decode worker's first round
+    ttft_w = jnp.where(disagg, wait_dis + prompt_w + xfer_w + round_dis, wait_agg + prompt_w)
+    decode_w = rounds_w * jnp.where(disagg, round_dis, round_agg)
+    gpus = jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
+    status = jnp.maximum(jnp.maximum(cap_code, pcode), jnp.where(disagg, code_dis, code_agg)).astype(jnp.int32)
+
+    out_tok = jnp.sum(w * cfg.osl)
+    gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
+    tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
+    tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
+    ttft = jnp.sum(w * ttft_w)
+    e2e = jnp.sum(w * (ttft_w + decode_w))
+    rate_s = rate * 1e3
+    tps_user = jnp.where(tpot > 0, 1e3 / tpot, jnp.inf)
+    ok = status < st.FIRST_UNSUPPORTED
+
+    def nan(v):
+        return jnp.where(ok, v, jnp.nan)
+
+    sla_ok = ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
+    return Metrics(
+        status=status,
+        limit=limit,
+        concurrency=n,
+        decode_batch=nan(jnp.where(disagg, n_eff, r_bar / passes)),
+        round_ms=nan(round_ms),
+        pass_ms=nan(pass_ms),
+        prefill_chunks=c_bar,
+        rounds=r_bar,
+        tokens_per_round=jnp.sum(w * gen) / jnp.maximum(r_bar, 1e-300),
+        ttft_ms=nan(ttft),
+        tpot_ms=nan(tpot),
+        e2e_ms=nan(e2e),
+        request_rate_per_s=nan(rate_s),
+        output_tokens_per_s_per_gpu=nan(rate_s * out_tok / gpus),
+        tokens_per_s_per_user=nan(tps_user),
+        sla_ok=sla_ok,
+    )
+
+
+def evaluate_chunk(
+    stack: RoundTable,
+    prefill_index: Int64[Array, ""],
+    decode_index: Int64[Array, ""],
+    prefill_speculative: Bool[Array, ""],
+    decode_speculative: Bool[Array, ""],
+    disaggregated: Bool[Array, ""],
+    rounds_table: Float64[Array, "A M"],
+    sla: Sla,
+    cfgs: ConfigInputs,
+) -> Metrics:
+    """:func:`evaluate_config` over a chunk of configurations that share their tables and serving mode."""
+    pt = take_table(stack, prefill_index)
+    dt = take_table(stack, decode_index)
+    fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, None, None, 0))
+    return fn(pt, dt, prefill_speculative, decode_speculative, disaggregated, rounds_table, sla, cfgs)
+
+
+evaluate_chunk_jit = jax.jit(evaluate_chunk)

@@ -1,0 +1,164 @@
+"""Sweep specs: strict parsing, bindings validated once with reasons, lazy mixed-radix expansion."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jaxsim  # noqa: F401
+from jaxsim.sweep import spec as sp
+
+TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
+
+
+def _spec(**over) -> dict:
+    d = {
+        "name": "t",
+        "block_size": 16,
+        "gpu_budget": 8,
+        "profile": [{"name": str(TABLES / "ar_core"), "label": "ar"}, {"name": str(TABLES / "sd_k3"), "label": "sd3"}],
+        "serving": {"mode": ["aggregated", "disaggregated"], "ratios": ["1:1", "1:2"]},
+        "speculation": {"nextn": ["profile", 2], "acceptance": [1.5, [0.8, 0.6, 0.4]]},
+        "scheduler": {"concurrency": [1, 4, 16]},
+        "workload": [{"name": "w", "isl": [256, 1024], "osl": 128}, {"name": "mix", "requests": [[512, 64, 1], [2048, 256, 3]]}],
+        "sla": {"max_ttft_ms": 1000, "max_tpot_ms": 40},
+    }
+    d.update(over)
+    return d
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return sp.plan_sweep(sp.spec_from_dict(_spec(), source="t.toml"))
+
+
+def test_parse_axes_and_defaults():
+    s = sp.spec_from_dict(_spec(), source="t.toml")
+    assert [p.label for p in s.profiles] == ["ar", "sd3"]
+    assert s.ratios == ((1, 1), (1, 2))
+    assert s.nextn == ("profile", 2)
+    assert [a.kind for a in s.acceptance] == ["accepted", "rates"]
+    assert [w.name for w in s.workloads] == ["w-256x128", "w-1024x128", "mix"]
+    assert s.workloads[2].weight == (1.0, 3.0) and s.workloads[2].mean_isl == pytest.approx(0.25 * 512 + 0.75 * 2048)
+    assert s.max_num_seqs == (None,) and s.max_num_batched_tokens == (None,)  # "recorded"
+    assert s.sla.max_tpot_ms == 40.0 and s.sla.min_tokens_per_s_per_user is None
+    assert s.digest() == sp.spec_from_dict(_spec(), source="elsewhere.toml").digest()
+    assert s.digest() != sp.spec_from_dict(_spec(block_size=32), source="t.toml").digest()
+
+
+@pytest.mark.parametrize(
+    "over, where",
+    [
+        ({"bogus": 1}, "bogus: unknown key"),
+        ({"serving": {"ratios": ["1-2"]}}, "serving.ratios[0]"),
+        ({"serving": {"mode": ["both"]}}, "serving.mode[0]"),
+        ({"speculation": {"acceptance": [[0.5, 1.5]]}}, "speculation.acceptance[0][1]"),
+        ({"speculation": {"nextn": [7]}}, "speculation.nextn[0]"),
+        ({"scheduler": {}}, "scheduler.concurrency"),
+        ({"scheduler": {"concurrency": [0]}}, "scheduler.concurrency[0]"),
+        ({"scheduler": {"concurrency": [1], "max_num_seqs": ["auto"]}}, "scheduler.max_num_seqs[0]"),
+        ({"workload": [{"name": "a", "isl": 5, "osl": 5}, {"name": "a", "isl": 6, "osl": 6}]}, "workload: workload names must be unique"),
+        ({"workload": [{"isl": 5}]}, "workload[0]"),
+        ({"workload": [{"requests": [[5, 5]]}]}, "workload[0].requests[0]"),
+        ({"sla": {"max_ttft_ms": -1}}, "sla.max_ttft_ms"),
+        ({"profile": []}, "profile:"),
+    ],
+)
+def test_spec_mistakes_are_one_line_errors_naming_the_key(over, where):
+    with pytest.raises(sp.SpecError) as e:
+        sp.spec_from_dict(_spec(**over), source="t.toml")
+    msg = str(e.value)
+    assert msg.startswith("t.toml: ") and where in msg and "\n" not in msg
+
+
+def test_load_spec_reads_toml(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text(f'[[profile]]\nname = "{TABLES / "ar_core"}"\n[scheduler]\nconcurrency = [2]\n[[workload]]\nisl = 100\nosl = 10\n')
+    s = sp.load_spec(p)
+    assert s.name == "s" and s.concurrency == (2,) and s.base_dir == tmp_path
+    p.write_text("[scheduler\n")
+    with pytest.raises(sp.SpecError, match="invalid TOML"):
+        sp.load_spec(p)
+
+
+def test_invalid_bindings_are_counted_with_reasons(plan):
+    s = plan.spec
+    inner = len(s.concurrency) * len(s.workloads)
+    # per profile: 3 serving choices × nextn {profile, 2}; AR: nextn=profile→0 (1 binding, no acceptance),
+    # nextn=2 → 2 acceptance settings, all refused; SD K=3: profile→3 (2 valid), 2 → refused (2)
+    serve = 3
+    valid = serve * 1 + serve * 2
+    assert plan.num_bindings == valid
+    rules = {i.rule: i for i in plan.invalid}
+    assert set(rules) == {"ar-nextn", "sd-nextn"}
+    assert rules["ar-nextn"].bindings == serve * 2 and rules["sd-nextn"].bindings == serve * 2
+    assert rules["ar-nextn"].configs == serve * 2 * inner
+    assert "nextn=2" in rules["sd-nextn"].example and "num_draft_tokens=3" in rules["sd-nextn"].example
+    assert plan.num_configs == valid * inner
+    assert plan.summary()["configs_total"] == plan.num_configs + plan.num_invalid_configs
+
+
+def test_lazy_decoding_matches_the_cartesian_product(plan):
+    s = plan.spec
+    combos = list(itertools.product(range(plan.num_bindings), s.concurrency, range(len(s.workloads))))
+    assert len(combos) == plan.num_configs
+    idx = np.random.default_rng(0).choice(plan.num_configs, 40, replace=False)
+    ci = plan.inputs(idx)
+    for j, i in enumerate(idx):
+        b, conc, w = combos[i]
+        assert ci.concurrency[j] == conc
+        assert ci.nextn[j] == plan.bindings["nextn"][b]
+        np.testing.assert_array_equal(ci.isl[j], plan.wl_isl[w])
+        assert plan.labels["workload"][plan.input_columns(np.array([i]))["workload"][0]] == s.workloads[w].name
+
+
+def test_groups_share_tables_and_mode_and_chunks_stay_inside(plan):
+    assert plan.groups[0][0] == 0 and plan.groups[-1][1] == plan.num_configs
+    for lo, hi, p, d, disagg in plan.groups:
+        b = np.unique(plan.decode_index(np.arange(lo, hi))[0])
+        assert (plan.bindings["prefill_table"][b] == p).all() and (plan.bindings["decode_table"][b] == d).all()
+        assert (plan.bindings["mode"][b] == int(disagg)).all()
+    chunks = plan.chunks(7)
+    assert sum(e - s for _, s, e in chunks) == plan.num_configs
+    for g, s, e in chunks:
+        assert plan.groups[g][0] <= s < e <= plan.groups[g][1] and e - s <= 7
+
+
+def test_sd_acceptance_lowering_and_ar_collapse(plan):
+    # AR bindings carry no acceptance; SD bindings hold the lowered rates [1, 0.5, 0] (a = 1.5) and the list
+    b = plan.bindings
+    assert set(plan.labels["acceptance"][i] for i in b["acceptance"][b["nextn"] == 0]) == {"none"}
+    sd_rates = {tuple(plan.rates[a]) for a in b["acceptance_id"][b["nextn"] == 3]}
+    assert sd_rates == {(1.0, 0.5, 0.0, 0.0, 0.0), (0.8, 0.6, 0.4, 0.0, 0.0)}
+    np.testing.assert_allclose(sorted(plan.accepted_mean[np.unique(b["acceptance_id"])]), [0.0, 0.8 + 0.48 + 0.192, 1.5])
+
+
+def test_budget_and_recorded_envelope_are_validated():
+    s = sp.spec_from_dict(
+        _spec(gpu_budget=1, scheduler={"concurrency": [1], "max_num_seqs": ["recorded", 7]}, speculation={"nextn": ["profile"], "acceptance": [1.0]}),
+        source="t.toml",
+    )
+    p = sp.plan_sweep(s)
+    rules = {i.rule: i for i in p.invalid}
+    assert "gpu-budget" in rules and "scheduler-envelope" in rules
+    assert (p.bindings["mode"] == 0).all() and (p.bindings["max_num_seqs"] != 7).all()
+    assert (p.bindings["replicas"] == 1).all()
+
+
+def test_unknown_profile_is_reported_not_raised():
+    p = sp.plan_sweep(sp.spec_from_dict(_spec(profile=[{"name": "no-such-profile-xyz"}, {"name": str(TABLES / "ar_core")}]), source="t.toml"))
+    assert p.invalid[0].rule == "profile-not-found" and p.num_bindings == 3
+
+
+def test_trace_workload_uses_the_empirical_distribution():
+    isl = np.array([10, 20, 30, 1000, 2000, 3000, 10, 2000])
+    osl = np.array([5, 5, 5, 500, 500, 500, 400, 6])
+    i, o, w = sp.trace_classes(isl, osl, 2)
+    assert sum(w) == pytest.approx(1.0) and len(i) == len(o) == len(w) <= 4
+    assert np.dot(w, i) == pytest.approx(np.mean(isl), rel=0.35)
+    s = sp.spec_from_dict(_spec(workload=[{"name": "mc", "trace": "mooncake_tiny", "bins": 2}]), source="t.toml")
+    wl = s.workloads[0]
+    assert wl.name == "mc" and 1 <= len(wl.isl) <= 4 and sum(wl.weight) == pytest.approx(1.0)
