@@ -154,6 +154,8 @@ def resample_decode(data: PlannerData, max_batch_size: int) -> tuple[BinnedRows,
     db, dk, dl = [], [], []
     for c in np.unique(data.context_tokens):
         m = keep & (data.context_tokens == c)
+        if not m.any():
+            continue
         b, lat = batch[m], data.itl_ms[m]
         o = np.argsort(b, kind="stable")
         b, lat = b[o], lat[o]

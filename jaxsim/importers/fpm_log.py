@@ -594,7 +594,7 @@ def resolve_identity(
          ("hf", hf.get("max_position_embeddings")))
     pick("max_model_len", ("metadata", eff.get("model_config.max_model_len")), ("card", card.get("context_length")))
     n_exp = next((hf[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if isinstance(hf.get(k), int)), None)
-    pick("num_experts", ("hf", n_exp), ("default", 0 if not hf else None))
+    pick("num_experts", ("hf", n_exp), ("dense", 0))
     if "num_experts" not in ov and n_exp is None and not hf:
         notes.append("num_experts 0 (dense) assumed: no HF config given")
     model_dtype = _dtype_name(eff.get("model_config.dtype")) or _dtype_name(hf.get("torch_dtype"))
