@@ -174,6 +174,8 @@ def qwen_table(results: dict) -> str:
     for split, by_tp in results.items():
         for tp, r in by_tp.items():
             for ph in (*PHASES, "mixed_paired", "mixed_all", "mixed_all_paired"):
+                if not r[ph]["n"] or (ph.endswith("paired") and not r[ph]["pairs"]):
+                    continue  # nothing held out, or pairing does not apply (identical to the unpaired row)
                 label = {"mixed_paired": "mixed, paired", "mixed_all": "mixed, whole log",
                          "mixed_all_paired": "mixed, whole log, paired"}.get(ph, ph)
                 if ph.endswith("paired"):

@@ -88,3 +88,10 @@ def test_bundled_tables_evaluate_at_their_rows(name):
         np.testing.assert_array_equal(np.asarray(lat), cell.decode_latency_ms)
         lat, code = rounds.prefill_batch(t, cell.prefill_batch, cell.prefill_tokens, cell.prefill_kv)
         assert np.all(np.asarray(code) == status.EXACT)
+
+
+def test_registry_exposes_acceptance_presets_for_bindings():
+    names = registry.list_acceptance_presets()
+    assert "eagle3-mtbench-qwen3-8b" in names
+    rates = registry.acceptance_preset("eagle3-mtbench-qwen3-8b")
+    assert len(rates) == 3 and rates[0] == pytest.approx(0.6541)
