@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +81,14 @@ def test_jsonl_wire_format_imports_like_the_csv(tmp_path, excerpt_import):
     rows = list(csv.DictReader(LOG.open()))[:600]
     jl = tmp_path / "fpm.jsonl"
     _write_jsonl(jl, rows)
+    heartbeat = {"version": 1, "worker_id": rows[0]["worker_id"], "dp_rank": 0, "counter_id": 10**6, "wall_time": 0.0,
+                 "scheduled_requests": {k: 0 for k in ("num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens",
+                                                       "num_decode_requests", "sum_decode_kv_tokens")}}
+    with jl.open("a") as f:
+        f.write(json.dumps(heartbeat) + "\n\n")
     log = read_fpm_log(jl)
+    assert log.kind[-1] == "empty" and classify_rows(log).reason[-1] == "empty_iteration"
+    log = log.take(np.arange(len(log) - 1))
     csv_log = read_fpm_log(LOG).take(np.arange(600))
     assert np.array_equal(log.counter_id, csv_log.counter_id)
     np.testing.assert_allclose(log.latency_ms, csv_log.latency_ms, rtol=1e-12)

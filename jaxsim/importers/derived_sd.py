@@ -32,7 +32,7 @@ import numpy as np
 
 import jaxsim
 from jaxsim.errors import ProfileError
-from jaxsim.importers.fpm_log import BinnedRows, table_columns, write_profile_dir
+from jaxsim.importers.fpm_log import BinnedRows, merge_columns, table_columns, write_profile_dir
 from jaxsim.kernels import rounds, status
 from jaxsim.profile import Deployment, ExecutionProfile, ModelProfile, load_profile_dir
 from jaxsim.profile.model import HEX40
@@ -154,8 +154,6 @@ def derive_speculative(
         cols["timing_boundary"] = ["derived_from_measured_ar_passes"] * n
         cols["model_support_level"] = ["derived"] * n
         parts.append(cols)
-    from jaxsim.importers.fpm_log import merge_columns
-
     columns = merge_columns(parts)
     provenance = (
         f"DERIVED, NOT MEASURED: EAGLE-3 speculative rounds with K={num_draft_tokens} computed by jaxsim "

@@ -308,18 +308,27 @@ def _robust_keep(lat: np.ndarray, ref_sets: list[np.ndarray], groups: list[np.nd
 
 
 def _neighbourhoods(batch: np.ndarray, bins: np.ndarray, cfg: BinningConfig):
-    """For each (batch, bin) group: its member indices and the indices of its reference neighbourhood."""
+    """For each (batch, bin) group: its member indices and the indices of its reference neighbourhood
+    (bins j-1..j+1 at the same batch, or at batches b-1..b+1 when the same batch has too few samples)."""
     keys = np.stack([batch, bins], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(uniq.shape[0] + 1))
+    members = {(int(b), int(j)): order[bounds[g]:bounds[g + 1]] for g, (b, j) in enumerate(uniq)}
+    empty = np.zeros(0, dtype=np.int64)
+
+    def near(b: int, j: int, db: int) -> np.ndarray:
+        parts = [members.get((b + x, j + y), empty) for x in range(-db, db + 1) for y in (-1, 0, 1)]
+        return np.sort(np.concatenate(parts))
+
     groups, refs = [], []
-    for g, (b, j) in enumerate(uniq):
-        near = np.abs(bins - j) <= 1
-        ref = near & (batch == b)
-        if ref.sum() < cfg.min_same_batch:
-            ref = near & (np.abs(batch - b) <= 1)
-        groups.append(np.flatnonzero(inv == g))
-        refs.append(np.flatnonzero(ref))
+    for b, j in members:
+        ref = near(b, j, 0)
+        if ref.size < cfg.min_same_batch:
+            ref = near(b, j, 1)
+        groups.append(members[(b, j)])
+        refs.append(ref)
     return groups, refs
 
 
@@ -360,8 +369,9 @@ def classify_rows(log: FpmLog, cfg: BinningConfig = BinningConfig()) -> RowClass
     if pre.size:
         keys = _prefill_keys(log, pre, cfg)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        groups = [np.flatnonzero(inv == g) for g in range(uniq.shape[0])]
+        order = np.argsort(inv.reshape(-1), kind="stable")
+        bounds = np.searchsorted(inv.reshape(-1)[order], np.arange(uniq.shape[0] + 1))
+        groups = [order[bounds[g]:bounds[g + 1]] for g in range(uniq.shape[0])]
         keep = _robust_keep(log.latency_ms[pre], groups, groups, cfg)
         reason[pre[~keep]] = "outlier_mad"
     used = ((kind == DECODE) | (kind == PREFILL)) & (reason == "")
@@ -417,9 +427,10 @@ def bin_rows(log: FpmLog, classes: RowClasses, cfg: BinningConfig = BinningConfi
     if dec.size:
         keys = np.stack([log.num_decode_requests[dec], log.decode_kv_tokens[dec] // w], axis=1)
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)  # sorted by (batch, bin)
-        inv = inv.reshape(-1)
+        order = np.argsort(inv.reshape(-1), kind="stable")
+        bounds = np.searchsorted(inv.reshape(-1)[order], np.arange(uniq.shape[0] + 1))
         for g, (b, j) in enumerate(uniq):
-            members = dec[inv == g]
+            members = dec[order[bounds[g]:bounds[g + 1]]]
             lat = log.latency_ms[members]
             kv = log.decode_kv_tokens[members]
             first = g == 0 or uniq[g - 1, 0] != b
@@ -441,9 +452,10 @@ def bin_rows(log: FpmLog, classes: RowClasses, cfg: BinningConfig = BinningConfi
     pb, pt, pk, pl, pn = [], [], [], [], []
     if pre.size:
         uniq, inv = np.unique(_prefill_keys(log, pre, cfg), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
+        order = np.argsort(inv.reshape(-1), kind="stable")
+        bounds = np.searchsorted(inv.reshape(-1)[order], np.arange(uniq.shape[0] + 1))
         for g in range(uniq.shape[0]):
-            members = pre[inv == g]
+            members = pre[order[bounds[g]:bounds[g + 1]]]
             i = members[upper_median_index(log.latency_ms[members])]
             pb.append(int(log.num_prefill_requests[i]))
             pt.append(int(log.prefill_tokens[i]))
@@ -883,6 +895,8 @@ def write_profile_dir(
     out = Path(output)
     if out.exists() and not force:
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")
+    if out.exists() and not out.is_dir():
+        raise JaxsimError(f"{out}: exists and is not a directory")
     systems = {(d.system, d.backend, d.backend_version) for d in profile.deployments}
     if len(systems) != 1:
         raise ProfileError("a flat profile directory holds one system/backend/backend_version; import each separately")
