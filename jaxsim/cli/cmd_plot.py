@@ -64,7 +64,7 @@ One line per replayed config; only completed requests are counted.
 
 Example:
 
-  jaxsim replay configs/deployment_aggregated.toml --trace azure-code-1k --output replay.parquet
+  jaxsim replay configs/deployment_speculative.toml --trace azure_code_1k --output replay.parquet
 
   jaxsim plot cdf replay.parquet --output cdf.png
 """
