@@ -66,14 +66,16 @@ def _cfgs(n: int, rng: np.random.Generator, **fixed) -> ev.ConfigInputs:
 
 RATES = np.array([[0, 0, 0, 0, 0], [0.8, 0.6, 0.4, 0, 0], [1.0, 0.5, 0, 0, 0], [0.7, 0, 0, 0, 0]], np.float64)
 RATES_K = np.array([0, 3, 3, 1], np.int64)
+M_MAX = 2048
 
 
 @pytest.fixture(scope="module")
 def golden():
+    """One stack for every test here (golden AR, golden SD K=3, synthetic dense): one compilation."""
     (ar, ar_sd), (sd, sd_sd) = _golden("ar_core"), _golden("sd_k3")
-    stack = ev.stack_tables([ar, sd])
-    rt = ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), 2048)
-    return SimpleNamespace(tables=[ar, sd], sd=[ar_sd, sd_sd], stack=stack, rt=rt, sla=ev.Sla.make(2000.0, 60.0, None))
+    stack = ev.stack_tables([ar, sd, _synthetic_table()])
+    rt = ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX)
+    return SimpleNamespace(tables=[ar, sd], sd=[ar_sd, sd_sd, True], stack=stack, rt=rt, sla=ev.Sla.make(2000.0, 60.0, None))
 
 
 CHUNK = jax.jit(ev.evaluate_chunk)
@@ -101,11 +103,10 @@ def _sd_cfgs(rng, n, acc_id=1, k=3, **kw):
 
 @pytest.mark.parametrize("disagg", [False, True])
 def test_vmap_equals_loop_of_single_configs(golden, disagg):
-    """The chunk reads padded tables from a stack; single configs read their own unpadded table."""
     rng = np.random.default_rng(1 + disagg)
     for t, cfgs in ((0, _cfgs(S, rng)), (1, _sd_cfgs(rng, S))):
         batch = _chunk(golden, t, disagg, cfgs)
-        tab = golden.tables[t]
+        tab = ev.take_table(golden.stack, jnp.int64(t))
         flag = jnp.bool_(golden.sd[t])
         for i in range(S):
             one = jax.tree.map(lambda a: a[i], cfgs)
@@ -117,11 +118,10 @@ def test_vmap_equals_loop_of_single_configs(golden, disagg):
 
 def test_jit_equals_eager(golden):
     cfgs = _sd_cfgs(np.random.default_rng(7), 1, isl=np.full((1, W), 700), osl=np.full((1, W), 90), concurrency=np.array([9]))
-    tab, flag = golden.tables[1], jnp.bool_(True)
+    tab, flag = ev.take_table(golden.stack, jnp.int64(1)), jnp.bool_(True)
     one = jax.tree.map(lambda a: jnp.asarray(a[0]), cfgs)
     jitted = SINGLE(tab, tab, flag, flag, jnp.bool_(True), golden.rt, golden.sla, one)
-    with jax.disable_jit():
-        eager = ev.evaluate_config(tab, tab, flag, flag, jnp.bool_(True), golden.rt, golden.sla, one)
+    eager = ev.evaluate_config(tab, tab, flag, flag, jnp.bool_(True), golden.rt, golden.sla, one)  # op by op
     assert int(jitted.status) < kst.FIRST_UNSUPPORTED
     _assert_same(jitted, eager, rtol=1e-12)
 
@@ -137,12 +137,12 @@ def _rounds_dp(rates: np.ndarray, k: int, m_max: int) -> np.ndarray:
 
 
 def test_expected_rounds_is_exact():
-    rt = np.asarray(ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), 300))
+    rt = np.asarray(ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX))[:, :301]
     np.testing.assert_array_equal(rt[0], np.arange(301))  # autoregressive: one token per round
     for a in range(len(RATES)):
         np.testing.assert_allclose(rt[a], _rounds_dp(RATES[a], RATES_K[a], 300), rtol=1e-13)
-    det = np.asarray(ev.expected_rounds(jnp.asarray(acc.pad_rates(acc.rates_from_accepted(2.0, 3))), jnp.int64(3), 50))
-    np.testing.assert_allclose(det, np.ceil(np.arange(51) / 3.0), rtol=0, atol=1e-12)  # deterministic bursts of 3
+    det = ev.expected_rounds_table(jnp.asarray(acc.pad_rates(acc.rates_from_accepted(2.0, 3)))[None], jnp.asarray([3]), M_MAX)
+    np.testing.assert_allclose(np.asarray(det)[0], np.ceil(np.arange(M_MAX + 1) / 3.0), rtol=0, atol=1e-9)  # bursts of 3
     # long outputs: rounds → m / E[tokens per round] (the kernel's exact uncapped expectation)
     mu = float(acc.expected_tokens_per_round(jnp.asarray(RATES[1]), jnp.int64(3), jnp.float64(10.0)))
     assert abs(rt[1, 300] / 300 - 1 / mu) < 2 / 300
@@ -150,7 +150,7 @@ def test_expected_rounds_is_exact():
 
 def test_expected_rounds_match_sampled_bursts():
     rates, k, m = jnp.asarray(RATES[1]), jnp.int64(3), 37
-    rt = float(ev.expected_rounds(rates, k, m)[m])
+    rt = float(ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX)[1, m])
 
     def one(key):
         def body(c):
@@ -216,13 +216,6 @@ def test_a_class_with_half_weight_twice_equals_the_class_alone(golden):
 # invariants on a dense monotone table (so that every configuration below is supported)
 
 
-@pytest.fixture(scope="module")
-def synth():
-    t = _synthetic_table()
-    stack = ev.stack_tables([t, t])
-    return SimpleNamespace(tables=[t, t], sd=[False, True], stack=stack, sla=ev.Sla.make())
-
-
 cfg_st = hs.fixed_dictionaries(
     dict(
         isl=hs.integers(16, 12000), osl=hs.integers(2, 2000), conc=hs.integers(1, 60), k=hs.integers(1, 3),
@@ -232,14 +225,15 @@ cfg_st = hs.fixed_dictionaries(
 )
 
 
-def _pair(synth, d):
-    """Two configs differing only in acceptance (rates2 ≥ rates1 elementwise) on the SD-kind table."""
+def _pair(golden, d):
+    """Two configs differing only in acceptance (rates2 ≥ rates1 elementwise), speculative rounds priced
+    on the dense synthetic table (stack index 2)."""
     r1 = np.zeros(5)
     r1[:3] = d["rates"]
     r2 = r1.copy()
     r2[:3] = np.minimum(1.0, r1[:3] + np.asarray(d["bump"]) * (1 - r1[:3]))
-    rates = np.stack([np.zeros(5), r1, r2])
-    rt = ev.expected_rounds_table(jnp.asarray(rates), jnp.asarray([0, d["k"], d["k"]]), 2048)
+    rates = np.stack([np.zeros(5), r1, r2, np.zeros(5)])
+    rt = ev.expected_rounds_table(jnp.asarray(rates), jnp.asarray([0, d["k"], d["k"], 0]), M_MAX)
     aid = np.array([1, 2] * (S // 2))
     cfgs = _cfgs(
         S, np.random.default_rng(0), nextn=np.full(S, d["k"]), acceptance_id=aid, concurrency=np.full(S, d["conc"]),
@@ -247,13 +241,13 @@ def _pair(synth, d):
         max_num_batched_tokens=np.full(S, d["mbt"]), kv_blocks=np.full(S, 10**7), prefill_workers=np.full(S, d["x"]),
         decode_workers=np.full(S, d["y"]), decode_gpus=np.ones(S),
     )
-    return _chunk(synth, 1, d["disagg"], cfgs, rt=rt, sla=synth.sla)
+    return _chunk(golden, 2, d["disagg"], cfgs, rt=rt, sla=ev.Sla.make())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(d=cfg_st)
-def test_throughput_per_gpu_is_non_decreasing_in_acceptance(synth, d):
-    m = _pair(synth, d)
+def test_throughput_per_gpu_is_non_decreasing_in_acceptance(golden, d):
+    m = _pair(golden, d)
     st = np.asarray(m.status)
     assert (st < kst.FIRST_UNSUPPORTED).all(), st
     tput = np.asarray(m.output_tokens_per_s_per_gpu)
@@ -262,8 +256,8 @@ def test_throughput_per_gpu_is_non_decreasing_in_acceptance(synth, d):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(d=cfg_st)
-def test_tpot_is_at_least_round_time_over_max_tokens_per_round(synth, d):
-    m = _pair(synth, d)
+def test_tpot_is_at_least_round_time_over_max_tokens_per_round(golden, d):
+    m = _pair(golden, d)
     tpot, rnd = np.asarray(m.tpot_ms), np.asarray(m.round_ms)
     assert (tpot * (d["k"] + 1) >= rnd * (1 - 1e-12)).all()
     assert (np.asarray(m.tokens_per_round) <= d["k"] + 1 + 1e-12).all()

@@ -1,7 +1,193 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim sweep``: evaluate every configuration of a sweep spec; best deployments under the SLA."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+
+SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
+
+Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless --force. The model and the spec format: docs/sweep.md.
+
+Examples:
+
+  jaxsim sweep configs/quickstart.toml
+
+  jaxsim sweep configs/quickstart.toml -o qs.parquet --csv --top 20 --plot pareto.png
+
+  jaxsim sweep configs/sweep_large.toml --chunk-size 262144 --json > summary.json
+"""
+
+
+def _fmt(v, digits: int = 1) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        if math.isinf(v):
+            return "inf"
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _rows(table) -> list[dict]:
+    return table.to_pylist() if table is not None and table.num_columns else []
+
+
+def _describe(r: dict) -> dict:
+    mode = r["mode"] if r["mode"] == "aggregated" else f"disagg {r['prefill_workers']}:{r['decode_workers']}"
+    return {
+        "profile": r["profile"],
+        "mode": mode,
+        "tp": r["tp"],
+        "nextn": r["nextn"],
+        "acceptance": r["acceptance"] if r["nextn"] else "-",
+        "conc": f"{r['concurrency']}/{r['concurrency_target']}",
+        "ttft_ms": _fmt(r["ttft_ms"]),
+        "tpot_ms": _fmt(r["tpot_ms"], 2),
+        "tok/s/user": _fmt(r["tokens_per_s_per_user"]),
+        "tok/s/gpu": _fmt(r["output_tokens_per_s_per_gpu"]),
+        "req/s": _fmt(r["request_rate_per_s"], 2),
+    }
+
+
+def _table(title: str, rows: list[dict]):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    if not rows:
+        t.add_column("(none)")
+        return t
+    cols = list(_describe(rows[0]))
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("tp", "nextn", "conc", "ttft_ms", "tpot_ms", "tok/s/user", "tok/s/gpu", "req/s") else "left")
+    for r in rows:
+        d = _describe(r)
+        t.add_row(*(str(d[c]) for c in cols))
+    return t
+
+
+def _report(res, plot: Optional[Path], max_pareto: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if stderr_is_tty() else 200)
+    s = res.summary
+    con.print(
+        f"[bold]sweep {s['name']}[/bold]: {s['configs_total']:,} configs, {s['configs_evaluated']:,} evaluated "
+        f"({s['bindings_valid']} valid bindings), {s['configs_invalid']:,} invalid ({s['bindings_invalid']} bindings)"
+    )
+    if s["invalid"]:
+        t = Table(title="invalid combinations (not evaluated)", title_justify="left")
+        for c in ("rule", "bindings", "configs", "example"):
+            t.add_column(c, overflow="fold")
+        for i in s["invalid"]:
+            t.add_row(i["rule"], str(i["bindings"]), f"{i['configs']:,}", i["example"])
+        con.print(t)
+    t = Table(title="status of the evaluated configs", title_justify="left")
+    t.add_column("status")
+    t.add_column("configs", justify="right")
+    for k, v in s["status_counts"].items():
+        t.add_row(k, f"{v:,}")
+    con.print(t)
+    con.print(f"SLA-feasible: {s['sla_feasible']:,} of {s['configs_evaluated']:,}")
+    top_rows, front = _rows(res.top), _rows(res.pareto)
+    for wl in dict.fromkeys([r["workload"] for r in top_rows] + [r["workload"] for r in front]):
+        rows = [r for r in top_rows if r["workload"] == wl]
+        con.print(_table(f"workload {wl}: top {len(rows)} by output tokens/s per GPU (SLA-feasible)", rows))
+        pts = [r for r in front if r["workload"] == wl]
+        shown = pts if len(pts) <= max_pareto else [pts[round(i * (len(pts) - 1) / (max_pareto - 1))] for i in range(max_pareto)]
+        more = f", {len(shown)} shown" if len(shown) < len(pts) else ""
+        con.print(_table(f"workload {wl}: Pareto frontier, tokens/s per user vs per GPU ({len(pts)} points{more})", shown))
+    if not top_rows:
+        con.print("no configuration meets the SLA")
+    rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
+    con.print(
+        f"results: {res.output}" + (f" and {res.csv}" if res.csv else "") + (f"; plot: {plot}" if plot else "")
+        + f"\ncompile {res.compile_s:.1f} s, evaluate {res.eval_s:.2f} s ({rate}, {res.num_devices} device(s)), "
+        f"wall {res.wall_s:.1f} s; chunks run {res.chunks_run}, reused {res.chunks_reused}"
+    )
+
+
+def _json(res, plot: Optional[Path]) -> str:
+    def clean(rows):
+        return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
+
+    out = dict(res.summary)
+    out.update(
+        output=str(res.output), csv=str(res.csv) if res.csv else None, plot=str(plot) if plot else None,
+        compile_s=res.compile_s, eval_s=res.eval_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
+        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused,
+        top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
+    )
+    return json.dumps(out, indent=1, default=str)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``jaxsim sweep``."""
+
+    @app.command("sweep", help=SWEEP_HELP, no_args_is_help=True)
+    @guarded
+    def sweep(
+        spec: Path = typer.Argument(..., help="Sweep spec (TOML), e.g. configs/quickstart.toml.", exists=False),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet]."),
+        csv: bool = typer.Option(False, "--csv", help="Also write the results as CSV next to the parquet file."),
+        top: int = typer.Option(5, "--top", help="Rows per workload in the top table (SLA-feasible, by tokens/s per GPU)."),
+        plot: Optional[Path] = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
+        strict: bool = typer.Option(False, "--strict", help="Refuse the run if any combination is invalid."),
+        force: bool = typer.Option(False, "--force", help="Overwrite existing results (and discard a foreign work dir)."),
+        chunk_size: int = typer.Option(65536, "--chunk-size", help="Configs per compiled chunk (memory is bounded by it)."),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (counts, top rows, frontier) instead of tables."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        distributed: bool = typer.Option(
+            False, "--distributed", help="Multi-host: jax.distributed.initialize() from the environment; each process runs its share of the chunks."
+        ),
+    ) -> None:
+        from jaxsim.sweep import load_spec, run_sweep
+
+        if top < 1:
+            fail(f"--top must be >= 1 (got {top})")
+        if chunk_size < 1:
+            fail(f"--chunk-size must be >= 1 (got {chunk_size})")
+        if not spec.is_file():
+            fail(f"{spec}: no such sweep spec")
+        s = load_spec(spec)
+        out = output or Path(f"{spec.stem}.results.parquet")
+        if out.suffix.lower() != ".parquet":
+            fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
+        refuse_overwrite(out, force)
+        if csv:
+            refuse_overwrite(out.with_suffix(".csv"), force)
+        if plot is not None:
+            if plot.suffix.lower() != ".png":
+                fail(f"{plot}: the plot is written as PNG; use a .png file name")
+            if importlib.util.find_spec("matplotlib") is None:
+                fail("--plot needs matplotlib, which is not installed: pip install 'jaxsim[plot]'")
+            refuse_overwrite(plot, force)
+        pid, count = 0, 1
+        if distributed:
+            import jax
+
+            jax.distributed.initialize()
+            pid, count = jax.process_index(), jax.process_count()
+        res = run_sweep(
+            s, out, csv=csv, chunk_size=chunk_size, force=force, strict=strict, top=top,
+            progress=stderr_is_tty() and not quiet and not as_json, process_index=pid, process_count=count,
+        )
+        if not res.finished:
+            typer.echo(f"process {pid}/{count}: {res.chunks_run} chunks written to {out}.work/; process 0 merges them", err=True)
+            return
+        if plot is not None:
+            from jaxsim.plots import plot_pareto
+
+            plot_pareto(out, plot, title=f"jaxsim sweep {s.name}: throughput vs interactivity (SLA-feasible highlighted)")
+        if as_json:
+            typer.echo(_json(res, plot))
+        else:
+            _report(res, plot, max_pareto=10)

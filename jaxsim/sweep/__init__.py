@@ -6,20 +6,25 @@
 """
 
 from jaxsim.sweep.evaluate import ConfigInputs, Metrics, Sla, evaluate_chunk, evaluate_config, expected_rounds, stack_tables
+from jaxsim.sweep.run import OutputExistsError, SweepResult, pareto_mask, run_sweep
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep, spec_from_dict
 
 __all__ = [
     "ConfigInputs",
     "Metrics",
+    "OutputExistsError",
     "Sla",
     "SpecError",
     "SweepPlan",
+    "SweepResult",
     "SweepSpec",
     "evaluate_chunk",
     "evaluate_config",
     "expected_rounds",
     "load_spec",
+    "pareto_mask",
     "plan_sweep",
+    "run_sweep",
     "spec_from_dict",
     "stack_tables",
 ]

@@ -67,8 +67,11 @@ class Acceptance:
     label: str
 
     def config_fields(self) -> dict:
+        """The deployment-config fields for this setting (a preset is resolved to its rates here)."""
         if self.kind == "preset":
-            return {"acceptance_preset": self.value}
+            from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
+
+            return {"accept_rates": [float(x) for x in get_preset(self.value).conditional_rates]}
         if self.kind == "accepted":
             return {"accepted_tokens": float(self.value)}
         return {"accept_rates": [float(x) for x in self.value]}
@@ -193,7 +196,13 @@ def _acceptance(r: _R, v: Any, path: str) -> Acceptance:
         if k == "accepted_tokens" and not isinstance(v, float):
             raise r.err(f"{path}.accepted_tokens", f"expected a number, got {x!r}")
     if isinstance(v, str):
-        return Acceptance("preset", r.str(v, path), f"preset:{v}")
+        from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
+
+        try:
+            get_preset(r.str(v, path))
+        except JaxsimError as e:
+            raise r.err(path, str(e)) from None
+        return Acceptance("preset", v, f"preset:{v}")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         a = r.num(v, path)
         return Acceptance("accepted", a, f"accepted={_fmt(a)}")

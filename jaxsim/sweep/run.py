@@ -1,0 +1,446 @@
+"""Streaming sweep runner: fixed-size chunks, sharded over local devices, resumable, bounded memory.
+
+Each chunk of configurations is decoded from its index range (:class:`~jaxsim.sweep.spec.SweepPlan`),
+evaluated by ONE ahead-of-time compiled :func:`~jaxsim.sweep.evaluate.evaluate_chunk` with the config
+axis split over every local device (``NamedSharding`` over a 1-D mesh), and written as its own parquet
+file in ``<output>.work/``. A rerun after a kill skips the finished chunks. When all chunks exist they
+are streamed into the final parquet (and CSV) with an ``on_pareto`` column; the result is byte-identical
+however many times the sweep was interrupted. Memory is bounded by the chunk size: only the per-chunk
+Pareto candidates and top rows are kept.
+
+Multi-host: after ``jax.distributed.initialize()`` every process evaluates the chunks k with
+k mod process_count == process_index into a shared work directory; process 0 then merges
+(``docs/sweep.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import jaxsim
+from jaxsim.errors import JaxsimError
+from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep
+
+DEFAULT_CHUNK_SIZE = 1 << 16
+MIN_CHUNK_SIZE = 256
+WORK_SUFFIX = ".work"
+FORMAT = "jaxsim-sweep-v1"
+METRIC_COLUMNS = (
+    "status", "status_name", "limit", "concurrency", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
+    "rounds", "tokens_per_round", "ttft_ms", "tpot_ms", "e2e_ms", "request_rate_per_s",
+    "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "total_output_tokens_per_s", "sla_ok",
+)
+_STATUS_DICT = pa.array([ev.STATUS_NAMES.get(i, f"unknown:{i}") for i in range(64)], pa.string())
+_LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
+X_COL = "tokens_per_s_per_user"
+Y_COL = "output_tokens_per_s_per_gpu"
+
+
+class OutputExistsError(JaxsimError):
+    """The results file (or a foreign work directory) exists and --force was not given."""
+
+
+@dataclass
+class SweepResult:
+    """What a finished (or partial, on a non-zero process) sweep produced."""
+
+    output: Path
+    csv: Path | None
+    summary: dict
+    top: pa.Table
+    pareto: pa.Table
+    compile_s: float
+    eval_s: float
+    wall_s: float
+    chunks_run: int
+    chunks_reused: int
+    num_devices: int
+    finished: bool = True
+    plan: SweepPlan | None = field(default=None, repr=False)
+
+    @property
+    def configs_per_s(self) -> float:
+        n = self.summary.get("configs_evaluated_this_run", 0)
+        return n / self.eval_s if self.eval_s > 0 else float("nan")
+
+
+# ----------------------------------------------------------------------------------------------------
+# device placement
+
+
+def _mesh(devices: Sequence | None = None) -> Mesh:
+    return Mesh(np.array(list(devices or jax.local_devices())), ("configs",))
+
+
+def chunk_size_for(plan: SweepPlan, requested: int, num_devices: int) -> int:
+    """Effective chunk size: the requested one, shrunk (power of two ≥ 256) for small sweeps, a multiple
+    of the device count."""
+    if requested < 1:
+        raise SpecError(f"chunk size must be >= 1 (got {requested})")
+    largest = max((hi - lo for lo, hi, *_ in plan.groups), default=1)
+    size = MIN_CHUNK_SIZE
+    while size < min(requested, largest):
+        size *= 2
+    size = min(size, max(requested, 1))
+    return max(num_devices, -(-size // num_devices) * num_devices)
+
+
+class Evaluator:
+    """The sweep's single compiled chunk function, with its replicated constants placed once."""
+
+    def __init__(self, plan: SweepPlan, chunk_size: int, devices: Sequence | None = None):
+        self.plan = plan
+        self.size = chunk_size
+        self.mesh = _mesh(devices)
+        self.rep = NamedSharding(self.mesh, PartitionSpec())
+        self.split = NamedSharding(self.mesh, PartitionSpec("configs"))
+        put = lambda x: jax.device_put(x, self.rep)  # noqa: E731
+        self.stack = put(ev.stack_tables(plan.tables)) if plan.tables else None
+        self.rounds = put(plan.rounds_table()) if plan.tables else None
+        s = plan.spec.sla
+        self.sla = put(ev.Sla.make(s.max_ttft_ms, s.max_tpot_ms, s.min_tokens_per_s_per_user))
+        self.sd = plan.table_speculative
+        self.compiled = None
+        self.compile_s = 0.0
+        self.compiles = 0
+
+    def _args(self, group: int, idx: np.ndarray):
+        _, _, p, d, disagg = self.plan.groups[group]
+        cfg = jax.device_put(self.plan.inputs(idx), self.split)
+        scal = [jax.device_put(v, self.rep) for v in (np.int64(p), np.int64(d), np.bool_(self.sd[p]), np.bool_(self.sd[d]), np.bool_(disagg))]
+        return (self.stack, *scal, self.rounds, self.sla, cfg)
+
+    def dispatch(self, group: int, start: int, stop: int):
+        """Start evaluating configs [start, stop) (padded to the chunk size); returns device arrays."""
+        idx = np.arange(start, stop, dtype=np.int64)
+        idx = np.concatenate([idx, np.full(self.size - idx.size, stop - 1, np.int64)])
+        args = self._args(group, idx)
+        if self.compiled is None:
+            t0 = time.perf_counter()
+            self.compiled = jax.jit(ev.evaluate_chunk).lower(*args).compile()
+            self.compile_s = time.perf_counter() - t0
+            self.compiles += 1
+        return self.compiled(*args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# arrow tables
+
+
+def _dict_col(codes: np.ndarray, labels: Sequence[str] | pa.Array) -> pa.DictionaryArray:
+    dictionary = labels if isinstance(labels, pa.Array) else pa.array(list(labels), pa.string())
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary)
+
+
+def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics) -> pa.Table:
+    """Inputs + metrics of configs [start, stop) as an arrow table (label columns dictionary-encoded)."""
+    n = stop - start
+    cols = plan.input_columns(np.arange(start, stop, dtype=np.int64))
+    out: dict[str, pa.Array] = {}
+    for k, v in cols.items():
+        out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "system", "mode", "acceptance", "workload") else pa.array(v)
+    met = {k: np.asarray(getattr(m, k))[:n] for k in m.__dataclass_fields__}
+    out["status"] = pa.array(met["status"].astype(np.int32))
+    out["status_name"] = _dict_col(met["status"], _STATUS_DICT)
+    out["limit"] = _dict_col(met["limit"], _LIMIT_DICT)
+    for k in METRIC_COLUMNS:
+        if k in met and k not in out:
+            out[k] = pa.array(met[k])
+    out["total_output_tokens_per_s"] = pa.array(met["output_tokens_per_s_per_gpu"] * cols["gpus"] * cols["replicas"])
+    out["sla_ok"] = pa.array(met["sla_ok"].astype(bool))
+    return pa.table(out)
+
+
+def pareto_mask(x: np.ndarray, y: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """Points not dominated in (x, y) (both maximized) within their group; exact duplicates keep the
+    smallest id."""
+    groups = np.zeros(x.size, np.int64) if groups is None else np.asarray(groups)
+    order = np.lexsort((ids, -y, -x, groups))
+    keep = np.zeros(x.size, bool)
+    best, current = -np.inf, None
+    for i in order:
+        if groups[i] != current:
+            current, best = groups[i], -np.inf
+        if y[i] > best:
+            keep[i] = True
+            best = y[i]
+    return keep
+
+
+def top_mask(y: np.ndarray, ids: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` largest y per group (ties: smallest id)."""
+    order = np.lexsort((ids, -y, groups))
+    g = groups[order]
+    first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
+    rank = np.arange(g.size) - np.repeat(first, np.diff(np.r_[first, g.size]))
+    keep = np.zeros(y.size, bool)
+    keep[order[rank < n]] = True
+    return keep
+
+
+def _xyg(t: pa.Table):
+    return (
+        t.column(X_COL).to_numpy(),
+        t.column(Y_COL).to_numpy(),
+        t.column("config_id").to_numpy(),
+        t.column("workload").combine_chunks().indices.to_numpy(),
+    )
+
+
+def _best_rows(t: pa.Table, top: int) -> pa.Table:
+    """A chunk's Pareto candidates and top rows per workload (SLA-feasible only): all finalization needs."""
+    ok = t.column("sla_ok").to_numpy(zero_copy_only=False)
+    sub = t.filter(pa.array(ok))
+    if not sub.num_rows:
+        return sub
+    x, y, ids, g = _xyg(sub)
+    return sub.filter(pa.array(pareto_mask(x, y, ids, g) | top_mask(y, ids, g, top)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# files
+
+
+def work_dir_for(output: Path) -> Path:
+    return output.with_name(output.name + WORK_SUFFIX)
+
+
+def _manifest(plan: SweepPlan, size: int, top: int) -> dict:
+    return {
+        "format": FORMAT,
+        "jaxsim": jaxsim.__version__,
+        "spec_digest": plan.spec.digest(),
+        "chunk_size": size,
+        "configs": plan.num_configs,
+        "top": top,
+    }
+
+
+def _prepare_work_dir(work: Path, manifest: dict, force: bool) -> None:
+    mpath = work / "manifest.json"
+    if work.exists():
+        try:
+            old = json.loads(mpath.read_text())
+        except (OSError, ValueError):
+            old = None
+        if old != manifest:
+            if not force:
+                raise OutputExistsError(
+                    f"{work}: work directory of a different sweep (spec, --chunk-size, --top or jaxsim version changed); "
+                    "pass --force to discard it"
+                )
+            shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    if not mpath.exists():
+        tmp = mpath.with_name(mpath.name + ".tmp")
+        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        tmp.replace(mpath)
+
+
+def _write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+
+
+def _chunk_path(work: Path, k: int) -> Path:
+    return work / f"chunk-{k:07d}.parquet"
+
+
+def _best_path(work: Path, k: int) -> Path:
+    return work / f"best-{k:07d}.parquet"
+
+
+# ----------------------------------------------------------------------------------------------------
+# the run
+
+
+def _progress(enabled: bool, total: int):
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    prog = Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("configs"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=True,
+    )
+    return prog
+
+
+def run_sweep(
+    spec: SweepSpec | str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    csv: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    force: bool = False,
+    strict: bool = False,
+    top: int = 10,
+    progress: bool = False,
+    devices: Sequence | None = None,
+    process_index: int = 0,
+    process_count: int = 1,
+    plan: SweepPlan | None = None,
+    on_chunk: Callable[[int], None] | None = None,
+) -> SweepResult:
+    """Evaluate every valid configuration of ``spec`` into ``output`` (parquet; ``csv``: also ``.csv``).
+
+    Refuses (:class:`OutputExistsError`) to overwrite existing results unless ``force``; with ``strict``
+    refuses (:class:`SpecError`) a spec with invalid bindings. ``on_chunk(k)`` is called after chunk k
+    is written (tests use it to interrupt a run).
+    """
+    t_wall = time.perf_counter()
+    spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    output = Path(output)
+    csv_path = output.with_suffix(".csv") if csv else None
+    for p in (output, csv_path):
+        if p is not None and p.exists() and not force:
+            raise OutputExistsError(f"{p}: exists; pass --force to overwrite")
+    plan = plan or plan_sweep(spec)
+    if strict and plan.invalid:
+        first = plan.invalid[0]
+        raise SpecError(
+            f"{spec.source}: {plan.num_invalid_configs} configs in {sum(i.bindings for i in plan.invalid)} invalid bindings "
+            f"(--strict); first: {first.example}"
+        )
+    if plan.num_configs == 0:
+        why = f"; first problem: {plan.invalid[0].example}" if plan.invalid else ""
+        raise SpecError(f"{spec.source}: no valid configuration to evaluate{why}")
+    mesh_devices = list(devices or jax.local_devices())
+    size = chunk_size_for(plan, chunk_size, len(mesh_devices))
+    work = work_dir_for(output)
+    _prepare_work_dir(work, _manifest(plan, size, top), force)
+    chunks = plan.chunks(size)
+    mine = [k for k in range(len(chunks)) if k % process_count == process_index]
+    todo = [k for k in mine if not (_chunk_path(work, k).exists() and _best_path(work, k).exists())]
+    evaluator = Evaluator(plan, size, mesh_devices)
+    total = sum(chunks[k][2] - chunks[k][1] for k in mine)
+    done0 = total - sum(chunks[k][2] - chunks[k][1] for k in todo)
+    t_eval = time.perf_counter()
+    evaluated = 0
+    with _progress(progress, total) as prog:
+        task = prog.add_task("sweep", total=total, completed=done0, rate="")
+        pending = None
+        for k in todo + [None]:
+            nxt = None
+            if k is not None:
+                g, s, e = chunks[k]
+                nxt = (k, s, e, evaluator.dispatch(g, s, e))
+                if pending is None:
+                    t_eval = time.perf_counter()  # configs/s excludes the one compilation
+            if pending is not None:
+                pk, ps, pe, res = pending
+                table = chunk_table(plan, ps, pe, res)
+                _write_parquet_atomic(_best_rows(table, top), _best_path(work, pk))
+                _write_parquet_atomic(table, _chunk_path(work, pk))
+                evaluated += pe - ps
+                dt = time.perf_counter() - t_eval
+                prog.update(task, advance=pe - ps, rate=f"{evaluated / dt:,.0f} configs/s" if dt > 0 else "")
+                if on_chunk is not None:
+                    on_chunk(pk)
+            pending = nxt
+    eval_s = time.perf_counter() - t_eval if evaluated else 0.0
+    summary = plan.summary()
+    summary["configs_evaluated_this_run"] = evaluated
+    summary["chunk_size"] = size
+    summary["chunks"] = len(chunks)
+    base = dict(
+        output=output, csv=csv_path, compile_s=evaluator.compile_s, eval_s=eval_s, chunks_run=len(todo),
+        chunks_reused=len(mine) - len(todo), num_devices=len(mesh_devices), plan=plan,
+    )
+    if process_index != 0:
+        return SweepResult(summary=summary, top=pa.table({}), pareto=pa.table({}), wall_s=time.perf_counter() - t_wall,
+                           finished=False, **base)
+    _wait_for(work, len(chunks))
+    top_t, pareto_t, counts = _finalize(plan, work, len(chunks), output, csv_path, top)
+    summary.update(counts)
+    shutil.rmtree(work, ignore_errors=True)
+    return SweepResult(summary=summary, top=top_t, pareto=pareto_t, wall_s=time.perf_counter() - t_wall, **base)
+
+
+def _wait_for(work: Path, n: int, poll_s: float = 0.5) -> None:
+    """Block until every chunk file exists (other processes may still be writing theirs)."""
+    while True:
+        missing = [k for k in range(n) if not (_chunk_path(work, k).exists() and _best_path(work, k).exists())]
+        if not missing:
+            return
+        time.sleep(poll_s)
+
+
+def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path | None, top: int):
+    """Merge chunk files into the final results (``on_pareto``: on its workload's SLA-feasible frontier);
+    return the top rows and the frontier per workload, and counts."""
+    best = pa.concat_tables([pq.read_table(_best_path(work, k)) for k in range(n)])
+    if best.num_rows:
+        x, y, ids, g = _xyg(best)
+        on = pareto_mask(x, y, ids, g)
+        front = best.take(pa.array(np.flatnonzero(on)[np.lexsort((-x[on], g[on]))]))
+        tm = top_mask(y, ids, g, top)
+        top_t = best.take(pa.array(np.flatnonzero(tm)[np.lexsort((ids[tm], -y[tm], g[tm]))]))
+        front_ids = front.column("config_id").to_numpy()
+    else:
+        front = top_t = best
+        front_ids = np.zeros(0, np.int64)
+    meta = {"format": FORMAT, "summary": plan.summary()}
+    status_counts: dict[str, int] = {}
+    feasible = 0
+    writer = None
+    csv_writer = None
+    tmp = output.with_name(output.name + ".tmp")
+    tmp_csv = csv_path.with_name(csv_path.name + ".tmp") if csv_path else None
+    try:
+        for k in range(n):
+            t = pq.read_table(_chunk_path(work, k))
+            on = np.isin(t.column("config_id").to_numpy(), front_ids)
+            t = t.append_column("on_pareto", pa.array(on))
+            if writer is None:
+                schema = t.schema.with_metadata({"jaxsim.sweep": json.dumps(meta, sort_keys=True)})
+                writer = pq.ParquetWriter(tmp, schema, compression="zstd")
+            writer.write_table(t)
+            if tmp_csv is not None:
+                plain = pa.table({c: (pc.cast(t.column(c), pa.string()) if pa.types.is_dictionary(t.column(c).type) else t.column(c))
+                                  for c in t.column_names})
+                if csv_writer is None:
+                    csv_writer = pacsv.CSVWriter(str(tmp_csv), plain.schema)
+                csv_writer.write_table(plain)
+            names, cnt = np.unique(t.column("status_name").to_numpy(zero_copy_only=False).astype(str), return_counts=True)
+            for a, c in zip(names, cnt):
+                status_counts[str(a)] = status_counts.get(str(a), 0) + int(c)
+            feasible += int(pc.sum(t.column("sla_ok")).as_py() or 0)
+    finally:
+        if writer is not None:
+            writer.close()
+        if csv_writer is not None:
+            csv_writer.close()
+    tmp.replace(output)
+    if tmp_csv is not None:
+        tmp_csv.replace(csv_path)
+    counts = {
+        "status_counts": dict(sorted(status_counts.items())),
+        "sla_feasible": feasible,
+        "pareto_points": int(front.num_rows),
+    }
+    return top_t, front, counts

@@ -1,0 +1,100 @@
+"""``jaxsim sweep`` through Typer's CliRunner and as a real subprocess on the bundled quickstart spec."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from jaxsim.cli.main import app
+from test_sweep_run import spec_dict, toml
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("cli") / "golden.toml"
+    p.write_text(toml(spec_dict()))
+    return p
+
+
+def test_sweep_writes_results_and_prints_frontier(spec, tmp_path):
+    out = tmp_path / "r.parquet"
+    plot = tmp_path / "pareto.png"
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--csv", "--top", "2", "--plot", str(plot), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "Pareto frontier" in r.output and "SLA-feasible" in r.output and "configs/s" in r.output
+    assert out.exists() and out.with_suffix(".csv").exists() and plot.read_bytes()[:4] == b"\x89PNG"
+    n = pq.read_metadata(out).num_rows
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out)])
+    assert r.exit_code == 2 and "exists; pass --force" in r.output
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--force", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert rep["configs_evaluated"] == n and rep["configs_total"] == n + rep["configs_invalid"]
+    assert rep["pareto"] and all(p["sla_ok"] for p in rep["pareto"]) and rep["chunks_run"] >= 1
+
+
+def test_default_output_never_clobbers(spec, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "golden.results.parquet").exists()
+    before = (tmp_path / "golden.results.parquet").read_bytes()
+    r = runner.invoke(app, ["sweep", str(spec)])
+    assert r.exit_code == 2 and "golden.results.parquet: exists" in r.output
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--plot", "p.txt"], "use a .png file name"),
+        (["-o", "r.csv"], "use a .parquet file name"),
+        (["--top", "0"], "--top must be >= 1"),
+        (["--chunk-size", "0"], "--chunk-size must be >= 1"),
+    ],
+)
+def test_bad_options_exit_2(spec, tmp_path, args, msg):
+    r = runner.invoke(app, ["sweep", str(spec), *[a if a.startswith("-") or a.isdigit() else str(tmp_path / a) for a in args]])
+    assert r.exit_code == 2 and msg in r.output
+
+
+def test_strict_and_bad_specs_are_one_line_errors(tmp_path):
+    bad = tmp_path / "bad.toml"
+    d = spec_dict(speculation={"nextn": ["profile", 2], "acceptance": [1.0]})
+    bad.write_text(toml(d))
+    r = runner.invoke(app, ["sweep", str(bad), "-o", str(tmp_path / "x.parquet"), "--strict"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "--strict" in r.output
+    assert "sd-nextn" in r.output or "ar-nextn" in r.output
+    bad.write_text(toml(spec_dict()) + "\n[surprise]\nx = 1\n")
+    r = runner.invoke(app, ["sweep", str(bad)])
+    assert r.exit_code == 2 and "surprise: unknown key" in r.output and r.output.count("\n") == 1
+    r = runner.invoke(app, ["sweep", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "no such sweep spec" in r.output
+
+
+def test_help_has_an_example():
+    r = runner.invoke(app, ["sweep", "--help"])
+    assert r.exit_code == 0 and "jaxsim sweep configs/quickstart.toml" in r.output
+
+
+def test_quickstart_runs_in_a_real_subprocess(tmp_path):
+    """The README's first command, on the bundled profiles."""
+    env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"))
+    cmd = [sys.executable, "-m", "jaxsim", "sweep", str(ROOT / "configs" / "quickstart.toml"), "--top", "1"]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "sweep quickstart" in r.stdout and "Pareto frontier" in r.stdout
+    t = pq.read_table(tmp_path / "quickstart.results.parquet", columns=["sla_ok", "on_pareto", "profile", "nextn"])
+    assert t.num_rows >= 5000
+    assert sum(t.column("sla_ok").to_pylist()) > 0 and sum(t.column("on_pareto").to_pylist()) > 0
+    assert set(t.column("nextn").to_pylist()) == {0, 1, 2, 3}
