@@ -146,6 +146,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                 preempt_tail()
                 preempted = True
             if r not in running:
+                if idx == 0:  # the head alone cannot fit: it never will
+                    return reqs, lookups, "stalled"
                 break
             r.alloc += need
             sched[r] = ("d" if decode else "p", n, r.computed)
@@ -178,6 +180,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             if sum(blocks(r.length + burst(r)) - blocks(r.length) for r in rdy) <= free():
                 break
             sched.pop(preempt_tail(), None)
+            if not running:
+                return reqs, lookups, "stalled"
             rdy = ready()
         dec = [r for r in rdy if r.gen > 0]
         p_ms = d_ms = 0.0

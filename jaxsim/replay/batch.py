@@ -81,13 +81,19 @@ def unstack(tree, i: int):
 
 
 def _replay_many(p, rq, keys, slots, stochastic, timeline_len):
-    return jax.vmap(lambda pp, k: replay(pp, rq, k, slots=slots, stochastic=stochastic, timeline_len=timeline_len))(p, keys)
+    one = lambda pp, r, k: replay(pp, r, k, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
+    return jax.vmap(one)(p, rq, keys)
 
 
 replay_many = jax.jit(_replay_many, static_argnames=("slots", "stochastic", "timeline_len"))
-replay_many.__doc__ = """Replay one trace for a stack of configurations (leading axis of ``p``) and keys.
+replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
-``keys`` has one PRNG key per configuration. Result arrays carry the same leading axis."""
+Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
+
+
+def stack_requests(requests: Sequence[Requests]) -> Requests:
+    """Stack padded traces of one size along a leading axis."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *requests)
 
 
 def seed_keys(seeds: Sequence[int]) -> jax.Array:
@@ -121,9 +127,10 @@ def replay_batch(
     size = n if not chunk else min(int(chunk), n)
     outs = []
     for lo in range(0, n, size):
-        idx = np.arange(lo, lo + size) % n if lo + size > n else np.arange(lo, lo + size)
+        idx = np.arange(lo, lo + size) % n
+        rq = jax.tree.map(lambda x: jnp.broadcast_to(x, (size,) + x.shape), requests)
         part = replay_many(
-            jax.tree.map(lambda x: x[idx], stacked), requests, keys[idx], slots=slots, stochastic=stochastic,
+            jax.tree.map(lambda x: x[idx], stacked), rq, keys[idx], slots=slots, stochastic=stochastic,
             timeline_len=timeline_len,
         )
         outs.append(jax.tree.map(lambda x: x[: min(size, n - lo)], part))

@@ -45,7 +45,7 @@ PASS_LIMIT = 41
 STATUS_NAMES = {
     RUNNING: "running",
     COMPLETED: "completed",
-    STALLED: "stalled: the waiting head can never fit in the KV pool",
+    STALLED: "stalled: a request can never fit in the KV pool",
     PASS_LIMIT: "stopped: pass limit reached",
 }
 
@@ -156,15 +156,27 @@ def _cumsum_excl(x):
     return jnp.cumsum(x) - x
 
 
-def _pass_duration_ms(latency_ms: Float64[Array, ""]) -> Float64[Array, ""]:
+def _pass_duration_ms(latency_ms: Float64[Array, ""], zero: Int64[Array, ""]) -> Float64[Array, ""]:
     """A lookup latency as the reference's engine clock sees it: rounded to whole nanoseconds
-    (``Duration::from_secs_f64``) and read back as ``secs + nanos / 1e9`` seconds."""
-    # true IEEE divisions: XLA would turn a division by a literal into a multiplication by its reciprocal
-    ms_per_s, ns_per_s = jax.lax.optimization_barrier((jnp.float64(1000.0), jnp.float64(1e9)))
-    ns = jnp.round(latency_ms / ms_per_s * 1e9).astype(jnp.int64)
+    (``Duration::from_secs_f64``) and read back as ``secs + nanos / 1e9`` seconds.
+
+    ``zero`` is a runtime 0 that keeps the constants opaque: otherwise XLA folds the divisions into
+    other constants or reciprocals and the result is no longer the reference's float arithmetic."""
+    ms_per_s = _opaque(jnp.float64(1000.0), zero)
+    ns_per_s = _opaque(jnp.float64(1e9), zero)
+    ns = jnp.round(_opaque(latency_ms / ms_per_s, zero) * 1e9).astype(jnp.int64)
     secs = ns // 1_000_000_000
     nanos = ns - secs * 1_000_000_000
-    return (secs.astype(jnp.float64) + nanos.astype(jnp.float64) / ns_per_s) * 1000.0
+    frac = _opaque(nanos.astype(jnp.float64) / ns_per_s, zero)
+    return _opaque(secs.astype(jnp.float64) + frac, zero) * ms_per_s
+
+
+def _opaque(x, zero):
+    """``x`` unchanged, through an integer op the compiler cannot see through (``zero`` is a runtime
+    0), so a product is never fused with the sum it feeds: results then match float64 arithmetic
+    step by step, batched or not."""
+    bits = jax.lax.bitcast_convert_type(x, jnp.int64) + zero
+    return jax.lax.bitcast_convert_type(bits, jnp.float64)
 
 
 def _push_stack(stk, n_stk, run_req, lo, hi, S):
@@ -280,8 +292,11 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     bad_p = (np_ > 0) & (cp >= st.FIRST_UNSUPPORTED)
     bad_d = (nd > 0) & (cd >= st.FIRST_UNSUPPORTED)
     bad = bad_p | bad_d
-    p_ms = jnp.where((np_ > 0) & ~bad, _pass_duration_ms(jnp.where(bad_p, 0.0, lp)), 0.0)
-    d_ms = jnp.where((nd > 0) & ~bad, _pass_duration_ms(jnp.where(bad_d, 0.0, ld)), 0.0)
+    # the reference's clock adds two rounded durations: no fused multiply-add may form here
+    zero = jnp.minimum(s.passes, 0)
+    p_ms = jnp.where((np_ > 0) & ~bad, _pass_duration_ms(jnp.where(bad_p, 0.0, lp), zero), 0.0)
+    d_ms = jnp.where((nd > 0) & ~bad, _pass_duration_ms(jnp.where(bad_d, 0.0, ld), zero), 0.0)
+    p_ms, d_ms = _opaque(p_ms, zero), _opaque(d_ms, zero)
     end = (now + p_ms) + d_ms
 
 
@@ -303,7 +318,7 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     alloc3 = jnp.where(done, 0, alloc3)
     prev_first, prev_second, prev_last = s.first[req2], s.second[req2], s.last[req2]
     seen = ~jnp.isnan(prev_first)
-    gap = jnp.where(ready & seen, end - prev_last, 0.0)
+    gap = _opaque(jnp.where(ready & seen, end - prev_last, 0.0), zero)
     first3 = jnp.where(ready & ~seen, end, prev_first)
     second3 = jnp.where(ready & seen & jnp.isnan(prev_second), end, prev_second)
     last3 = jnp.where(ready, end, prev_last)
@@ -322,7 +337,7 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     first = s.first.at[idx].set(first3)
     second = s.second.at[idx].set(second3)
     last = s.last.at[idx].set(last3)
-    gap_sq = s.gap_sq.at[idx].add(gap * gap)
+    gap_sq = s.gap_sq.at[idx].add(_opaque(gap * gap, zero))
     rounds = s.rounds.at[jnp.where(dready, req2, N)].add(1)
     done_arr = s.done.at[jnp.where(done, req2, N)].set(True)
 
@@ -331,8 +346,11 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     run = jnp.full((S,), N, jnp.int64).at[pos].set(req2, mode="drop")
     n_run = jnp.sum(keep).astype(jnp.int64)
 
+    # the head of the running list preempting itself can never fit (its needs only grow): stop
+    head_lost = ((s.n_run > 0) & (cut == 0)) | ((n_run2 > 0) & (t_star == 0))
     progress = (jnp.sum(pre) > 0) | (n_adm > 0) | jnp.any(sched2) | jnp.any(ready)
-    status = jnp.where(bad, jnp.where(bad_p, cp, cd), jnp.where(progress, RUNNING, STALLED)).astype(jnp.int32)
+    stalled = head_lost | ~progress
+    status = jnp.where(bad, jnp.where(bad_p, cp, cd), jnp.where(stalled, STALLED, RUNNING)).astype(jnp.int32)
     failed = jnp.where(bad, jnp.stack([np_, ptok, pkv, nd, dkv]), s.failed)
     done_count = s.done_count + jnp.sum(done)
     status = jnp.where((status == RUNNING) & (done_count >= n_acc), COMPLETED, status).astype(jnp.int32)

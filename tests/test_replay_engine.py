@@ -1,0 +1,171 @@
+"""Replay engine behaviour: vectorized engine == per-request oracle on random traces, stochastic
+acceptance statistics, batched == one by one, and a closed-loop steady state."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+
+from jaxsim.kernels.acceptance import expected_tokens_per_round, pad_rates
+from jaxsim.kernels.rounds import decode_batch, prefill_batch
+from jaxsim.replay import metrics
+from jaxsim.replay.batch import replay_batch, unstack
+from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params, replay_jit
+from jaxsim.replay.traces import make_trace
+from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases
+
+TIMELINE = 128  # the parity tests' static arguments: one compilation serves both files
+TABLE_K = {"ar_core": 0, "sd_k2": 2, "sd_k3": 3}
+
+
+def _run(params, trace, seed=0, stochastic=False):
+    res = replay_jit(params, trace.requests(PAD), jax.random.PRNGKey(seed), slots=SLOTS, stochastic=stochastic, timeline_len=TIMELINE)
+    return jax.tree.map(np.asarray, res)
+
+
+@hst.composite
+def scenarios(draw):
+    table = draw(hst.sampled_from(sorted(TABLE_K)))
+    k = TABLE_K[table]
+    n = draw(hst.integers(1, 9))
+    gaps = draw(hst.lists(hst.sampled_from([0.0, 0.5, 3.0, 12.5, 40.0]), min_size=n, max_size=n))
+    prompts = draw(hst.lists(hst.integers(8, 400), min_size=n, max_size=n))
+    outs = draw(hst.lists(hst.integers(1, 24), min_size=n, max_size=n))
+    bs = draw(hst.sampled_from([8, 16, 32]))
+    need = max(-(-p // bs) for p in prompts)
+    blocks = draw(hst.one_of(hst.integers(need, need + 12), hst.just(4000)))
+    accepted = draw(hst.integers(0, k)) if k else 0
+    settings_ = dict(
+        max_num_batched_tokens=draw(hst.sampled_from([24, 64, 100, 256, 1024])),
+        max_num_seqs=draw(hst.integers(1, 6)), block_size=bs, num_gpu_blocks=blocks, num_draft_tokens=k,
+        accept_rates=pad_rates(np.array([1.0] * accepted + [0.0] * (k - accepted))),
+        max_model_len=draw(hst.sampled_from([4096, 300])),
+    )
+    trace = make_trace("random", np.cumsum(gaps) - gaps[0], prompts, outs, rebase=False)
+    return table, trace, settings_
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_engine_matches_per_request_oracle(scenario):
+    """Preemption, chunking, admission limits, rejections, unsupported lookups: same as the oracle."""
+    table, trace, kw = scenario
+    t = padded_tables()[table]
+    res = _run(make_params(t, **kw), trace)
+    reqs, lookups, status = oracle_replay(t, trace, **kw)
+    tl = metrics.timeline_table(res)
+    mine = []
+    for i in range(len(tl["pass"])):
+        if tl["prefill_requests"][i]:
+            mine.append(("prefill", tl["prefill_requests"][i], tl["prefill_tokens"][i], tl["prefill_kv_tokens"][i]))
+        if tl["decode_requests"][i]:
+            mine.append(("decode", tl["decode_requests"][i], tl["decode_kv_tokens"][i]))
+    if status == "completed":
+        assert int(res.status) == COMPLETED
+        assert mine == lookups
+        for r in reqs:
+            if r.first is None:  # rejected at admission: prompt too long for the pool or the context
+                assert res.terminal[r.i] == REJECTED
+                continue
+            assert res.terminal[r.i] == DONE
+            assert res.first_token_ms[r.i] == r.first and res.last_token_ms[r.i] == r.last
+            assert (np.isnan(res.second_token_ms[r.i]) and r.second is None) or res.second_token_ms[r.i] == r.second
+            assert (res.output_tokens[r.i], res.decode_rounds[r.i]) == (r.gen, r.rounds)
+            assert (res.preemptions[r.i], res.admissions[r.i]) == (r.preempt, r.admits)
+    elif status == "stalled":  # a request that can never fit in the pool stops the replay explicitly
+        assert int(res.status) == STALLED
+        assert mine[: len(lookups)] == lookups
+    else:  # a lookup outside measured support stops both at the same pass, with the same code
+        assert int(res.status) == status
+        assert mine[: len(lookups) - 1] == lookups[:-1] and lookups[-1] in mine[len(lookups) - 1:]
+
+
+def test_preemption_is_exercised_by_the_goldens():
+    case = next(c for c in replay_cases() if c["id"] == "sd_k3_a2_kv_bound")
+    assert sum(r["readmission_count"] for r in case["result"]["per_request"]) == 2
+
+
+def _stochastic_setup():
+    t = padded_tables()["sd_k3"]
+    rates = [np.array([0.8, 0.6, 0.4]), np.array([1.0, 0.5, 0.0])]
+    params = [
+        make_params(t, max_num_batched_tokens=512, max_num_seqs=4, block_size=16, num_gpu_blocks=4000,
+                    num_draft_tokens=3, accept_rates=pad_rates(r), max_model_len=32768)
+        for r in rates
+    ]
+    trace = make_trace("s", [0.0, 1.0, 2.0, 3.0], [100, 120, 90, 110], [161, 161, 161, 161])
+    return rates, params, trace
+
+
+def test_stochastic_acceptance_matches_expected_tokens_per_round():
+    rates, params, trace = _stochastic_setup()
+    seeds = list(range(24))
+    res = replay_batch([p for p in params for _ in seeds], trace.requests(PAD), seeds * len(params), slots=SLOTS,
+                       stochastic=True, timeline_len=TIMELINE, chunk=8)
+    res = jax.tree.map(np.asarray, res)
+    assert np.all(res.status == COMPLETED)
+    for j, r in enumerate(rates):
+        sl = slice(j * len(seeds), (j + 1) * len(seeds))
+        tokens = (res.output_tokens[sl, : len(trace)] - 1).sum()
+        rounds = res.decode_rounds[sl, : len(trace)].sum()
+        mean = tokens / rounds
+        expect = float(expected_tokens_per_round(pad_rates(r), 3, 1e9))
+        p = np.concatenate([[1.0], np.cumprod(r)])  # P(T >= j+1)
+        var = float(np.sum((2 * np.arange(1, 5) - 1) * p) - expect**2)
+        # the capped last round of each request lowers the mean by < (E[T]-1) tokens per request
+        bias = (expect - 1) * len(seeds) * len(trace) / rounds
+        assert abs(mean - expect) <= 4 * math.sqrt(var / rounds) + bias, (j, mean, expect)
+        # per-seed streams differ; certain positions never vary
+        assert len(set(res.decode_rounds[sl, 0].tolist())) > 1
+
+
+def test_batched_equals_one_by_one():
+    rates, params, trace = _stochastic_setup()
+    case_params = []
+    for table, k in TABLE_K.items():
+        for budget, seqs, blocks in ((64, 2, 40), (1024, 4, 4000)):
+            rr = pad_rates(np.array([0.9, 0.5, 0.2][:k]))
+            case_params.append(make_params(padded_tables()[table], max_num_batched_tokens=budget, max_num_seqs=seqs,
+                                           block_size=16, num_gpu_blocks=blocks, num_draft_tokens=k, accept_rates=rr,
+                                           max_model_len=32768))
+    all_params = params + case_params
+    seeds = [3, 5] + list(range(len(case_params)))
+    batched = jax.tree.map(np.asarray, replay_batch(all_params, trace.requests(PAD), seeds, slots=SLOTS, stochastic=True, timeline_len=TIMELINE))
+    for i, (p, s) in enumerate(zip(all_params, seeds)):
+        one = _run(p, trace, seed=s, stochastic=True)
+        got = unstack(batched, i)
+        for name, a in vars(one).items():
+            np.testing.assert_array_equal(getattr(got, name), a, err_msg=f"config {i} field {name}")
+    assert not np.array_equal(batched.last_token_ms[0], batched.last_token_ms[1])
+
+
+@pytest.mark.parametrize("table,accepted", [("ar_core", 0), ("sd_k3", 2)])
+def test_closed_loop_steady_state(table, accepted):
+    """All requests queued at t=0 with max_num_seqs=C: the engine keeps C running (closed loop). Cohorts
+    of C identical requests alternate one prefill pass with decode rounds; TPOT and throughput agree
+    with the steady state built from the same kernels within 5 %."""
+    t = padded_tables()[table]
+    k, c, isl, osl, n = TABLE_K[table], 4, 200, 61, 12
+    rates = pad_rates(np.array([1.0] * accepted + [0.0] * (k - accepted)))
+    p = make_params(t, max_num_batched_tokens=4096, max_num_seqs=c, block_size=16, num_gpu_blocks=4000,
+                    num_draft_tokens=k, accept_rates=rates, max_model_len=32768)
+    trace = make_trace("closed", np.zeros(n), np.full(n, isl), np.full(n, osl))
+    res = _run(p, trace)
+    req = metrics.per_request(res, trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
+    agg = metrics.aggregate(req)
+    burst = accepted + 1
+    rounds = math.ceil((osl - 1) / burst)
+    mid_kv = c * (isl + (osl - 1) // 2)
+    decode_ms = float(decode_batch(t, np.array([c]), np.array([mid_kv]))[0][0])
+    prefill_ms = float(prefill_batch(t, np.array([c]), np.array([c * isl]), np.array([0]))[0][0])
+    tpot = decode_ms * rounds / (osl - 1)
+    throughput = c * osl / ((prefill_ms + rounds * decode_ms) / 1000.0)
+    assert agg["completed_requests"] == n
+    assert abs(agg["mean_tpot_ms"] - tpot) <= 0.05 * tpot
+    assert abs(agg["output_throughput_tok_s"] - throughput) <= 0.05 * throughput
+    assert metrics.timeline_table(res)["running"].max() == c
