@@ -175,7 +175,7 @@ def test_single_request_matches_direct_kernel_calls(golden):
     pre, code = rounds.prefill_latency_ms(t, 1, isl, 0)
     assert int(code) < kst.FIRST_UNSUPPORTED
     kv = np.round(isl + ev.GL_NODES * (osl - 1)).astype(np.int64)
-    dec = np.asarray(rounds.decode_batch(t, np.ones(4, np.int64), kv)[0])
+    dec = np.asarray(rounds.decode_batch(t, np.ones(kv.size, np.int64), kv)[0])
     round_ms = float(np.sum(ev.GL_WEIGHTS * dec))
     np.testing.assert_allclose(np.asarray(m.ttft_ms), float(pre), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(m.round_ms), round_ms, rtol=1e-12)

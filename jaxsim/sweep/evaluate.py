@@ -49,12 +49,12 @@ STATUS_EXPLAIN: dict[int, str] = {
 # What bounds the effective concurrency.
 LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
 
-# Gauss-Legendre nodes/weights on [0, 1]: decode-trajectory progress and prefill-chunk positions.
-_GL_T = np.array([-0.8611363115940526, -0.3399810435848563, 0.3399810435848563, 0.8611363115940526])
-_GL_W = np.array([0.3478548451374538, 0.6521451548625461, 0.6521451548625461, 0.3478548451374538])
-GL_NODES = (_GL_T + 1.0) / 2.0
-GL_WEIGHTS = _GL_W / 2.0
-NUM_CHUNK_POINTS = GL_NODES.size
+# Gauss-Legendre nodes/weights on [0, 1]: 3 points along the decode trajectory, 2 over prefill chunks.
+GL_NODES = (np.array([-np.sqrt(0.6), 0.0, np.sqrt(0.6)]) + 1.0) / 2.0
+GL_WEIGHTS = np.array([5.0, 8.0, 5.0]) / 18.0
+CHUNK_NODES = (np.array([-1.0, 1.0]) / np.sqrt(3.0) + 1.0) / 2.0
+CHUNK_WEIGHTS = np.array([0.5, 0.5])
+NUM_CHUNK_POINTS = CHUNK_NODES.size
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -185,10 +185,14 @@ def pass_latency_ms(
     t: RoundTable, speculative: Bool[Array, ""], num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """One scheduler pass (prefill chunks + decode rounds) priced by the kernels' composition for the
-    table's kind: ``speculative`` is a traced flag, so AR and SD tables share one stacked pytree."""
-    ar = scheduler_pass_latency_ms(t, num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
-    sd = scheduler_pass_latency_ms(_as_speculative(t), num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
-    return jnp.where(speculative, sd[0], ar[0]), jnp.where(speculative, sd[1], ar[1])
+    table's kind: ``speculative`` is a traced flag, so AR and SD tables share one stacked pytree (a
+    chunk's flag is unbatched, so only one branch runs)."""
+    args = (num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
+    return jax.lax.cond(
+        speculative,
+        lambda: scheduler_pass_latency_ms(_as_speculative(t), *args),
+        lambda: scheduler_pass_latency_ms(t, *args),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -252,20 +256,21 @@ def prompt_prefill_ms(
 
     A prompt is split into c = ⌈ISL / chunk⌉ chunks; chunk j computes min(chunk, ISL − j·chunk) tokens
     reading j·chunk cached tokens, in a pass beside ``num_decode`` decoding requests holding
-    ``decode_kv_tokens`` past KV in total. Up to 4 full chunks are priced one by one; more are integrated
-    with 4-point Gauss-Legendre over their KV read; the last (partial) chunk is always priced exactly.
+    ``decode_kv_tokens`` past KV in total. Up to 2 full chunks are priced one by one; more are integrated
+    with 2-point Gauss-Legendre over their KV read (exact where the latency is linear in the KV read);
+    the last (partial) chunk is always priced exactly.
     """
     chunk = jnp.maximum(chunk_tokens, 1)
     c = (isl + chunk - 1) // chunk  # [W]
     full = c - 1
     q = jnp.arange(NUM_CHUNK_POINTS)
     few = (full <= NUM_CHUNK_POINTS)[:, None]
-    pos = jnp.where(few, q[None, :].astype(jnp.float64), GL_NODES[None, :] * jnp.maximum(full - 1, 0)[:, None])
-    wts = jnp.where(few, (q[None, :] < full[:, None]).astype(jnp.float64), GL_WEIGHTS[None, :] * full[:, None])
-    kv_read = jnp.round(pos * chunk).astype(jnp.int64)  # [W, 4]
+    pos = jnp.where(few, q[None, :].astype(jnp.float64), CHUNK_NODES[None, :] * jnp.maximum(full - 1, 0)[:, None])
+    wts = jnp.where(few, (q[None, :] < full[:, None]).astype(jnp.float64), CHUNK_WEIGHTS[None, :] * full[:, None])
+    kv_read = jnp.round(pos * chunk).astype(jnp.int64)  # [W, 2]
     toks = jnp.concatenate([jnp.broadcast_to(chunk, kv_read.shape), (isl - full * chunk)[:, None]], axis=1)
     kvs = jnp.concatenate([kv_read, (full * chunk)[:, None]], axis=1)
-    wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 5]
+    wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 3]
     one = jnp.ones(toks.size, jnp.int64)
     flat = jax.vmap(pass_latency_ms, in_axes=(None, None, 0, 0, 0, None, None))
     lat, code = flat(t, speculative, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
