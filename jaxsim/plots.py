@@ -323,6 +323,7 @@ SWEEP_PER_GPU = "output_tokens_per_s_per_gpu"
 SWEEP_PER_USER = "tokens_per_s_per_user"
 SWEEP_FEASIBLE = "sla_ok"
 SWEEP_ON_PARETO = "on_pareto"
+SWEEP_WORKLOAD = "workload"
 SWEEP_LABEL_COLUMNS = ("mode", "tp", "nextn", "concurrency")
 REPLAY_TTFT = "ttft_ms"
 REPLAY_TPOT = "tpot_ms"
@@ -386,7 +387,7 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _read_sweep(results: Any, src: str, max_points: int) -> dict[str, np.ndarray]:
     """The sweep columns a Pareto plot needs; large parquet files are streamed by row group and the
     non-frontier points thinned to about ``max_points`` (the frontier is always kept whole)."""
-    want = (SWEEP_PER_USER, SWEEP_PER_GPU, SWEEP_FEASIBLE, SWEEP_ON_PARETO, *SWEEP_LABEL_COLUMNS)
+    want = (SWEEP_PER_USER, SWEEP_PER_GPU, SWEEP_FEASIBLE, SWEEP_ON_PARETO, SWEEP_WORKLOAD, *SWEEP_LABEL_COLUMNS)
     if isinstance(results, (str, os.PathLike)) and Path(results).suffix.lower() == ".parquet" and Path(results).is_file():
         import pyarrow.parquet as pq
 
@@ -423,28 +424,46 @@ def _config_label(cols: dict, i: int) -> str:
     return " ".join(parts)
 
 
-def plot_pareto(results: Any, path: str | os.PathLike, *, title: str | None = None, max_points: int = 200_000) -> Path:
+def plot_pareto(
+    results: Any, path: str | os.PathLike, *, workload: str | None = None, title: str | None = None, max_points: int = 200_000
+) -> Path:
     """Output tokens/s per GPU vs tokens/s per user for the evaluated configs (a sweep result table);
-    SLA-feasible points and their Pareto frontier highlighted."""
+    SLA-feasible points highlighted, with one Pareto frontier per workload (``workload``: draw one only)."""
     src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
     cols = _read_sweep(results, src, max_points)
+    groups = np.asarray(cols[SWEEP_WORKLOAD]).astype(str) if SWEEP_WORKLOAD in cols else np.full(cols[SWEEP_PER_GPU].shape, "all")
+    if workload is not None:
+        names = sorted(set(groups.tolist()))
+        if workload not in names:
+            raise QueryError(f"{src}: no workload {workload!r} (workloads: {', '.join(names)})")
+        keep = groups == workload
+        cols = {k: v[keep] for k, v in cols.items()}
+        groups = groups[keep]
     x = np.asarray(cols[SWEEP_PER_USER], dtype=np.float64)
     y = np.asarray(cols[SWEEP_PER_GPU], dtype=np.float64)
     finite = np.isfinite(x) & np.isfinite(y)
     feasible = (np.asarray(cols[SWEEP_FEASIBLE], dtype=bool) if SWEEP_FEASIBLE in cols else np.ones(x.shape, bool)) & finite
-    if SWEEP_ON_PARETO in cols:
-        front = np.asarray(cols[SWEEP_ON_PARETO], dtype=bool) & feasible
-    else:
-        front = pareto_mask(np.where(feasible, x, np.nan), np.where(feasible, y, np.nan))
-    fig, (ax,) = _figure(9.0, 5.8)
+    given = np.asarray(cols[SWEEP_ON_PARETO], dtype=bool) & feasible if SWEEP_ON_PARETO in cols else None
+    fig, (ax,) = _figure(9.5, 6.0)
     miss = finite & ~feasible
     ax.scatter(x[miss], y[miss], s=6, c="#cccccc", label="misses the SLA", rasterized=True)
-    ax.scatter(x[feasible & ~front], y[feasible & ~front], s=8, c="#6baed6", label="meets the SLA", rasterized=True)
-    fx, fy = x[front], y[front]
-    o = np.argsort(fx)
-    ax.plot(fx[o], fy[o], "o-", color="#d94801", ms=5, lw=1.8, label=f"SLA-feasible Pareto frontier ({int(front.sum())} configs)")
-    if 0 < front.sum() <= 12:
-        for i in np.flatnonzero(front):
+    ax.scatter(x[feasible], y[feasible], s=8, c="#9ecae1", label="meets the SLA", rasterized=True)
+    from matplotlib import colormaps
+
+    names = list(dict.fromkeys(groups[feasible].tolist()))
+    cmap = colormaps["tab10"]
+    n_front = 0
+    fronts = []
+    for j, g in enumerate(names):
+        sel = feasible & (groups == g)
+        front = given & sel if given is not None else pareto_mask(np.where(sel, x, np.nan), np.where(sel, y, np.nan))
+        o = np.flatnonzero(front)[np.argsort(x[front])]
+        n_front += o.size
+        fronts.append(o)
+        label = "SLA-feasible Pareto frontier" + ("" if len(names) == 1 and g == "all" else f": {g}") + f" ({o.size})"
+        ax.plot(x[o], y[o], "o-", color=cmap(j % 10) if len(names) > 1 else "#d94801", ms=4, lw=1.6, label=label)
+    if 0 < n_front <= 12:
+        for i in np.concatenate(fronts):
             text = _config_label(cols, int(i))
             if text:
                 ax.annotate(text, (x[i], y[i]), fontsize=6, xytext=(4, 3), textcoords="offset points")
@@ -453,8 +472,9 @@ def plot_pareto(results: Any, path: str | os.PathLike, *, title: str | None = No
     ax.grid(True, alpha=0.3)
     n_out = int(np.sum(~finite))
     extra = f"; {n_out} outside measured support, not drawn" if n_out else ""
-    ax.set_title(title or f"Throughput vs interactivity: {int(finite.sum())} configs drawn{extra}", fontsize=10)
-    ax.legend(fontsize=8, loc="upper right")
+    scope = f" ({workload})" if workload else ""
+    ax.set_title(title or f"Throughput vs interactivity{scope}: {int(finite.sum())} configs drawn{extra}", fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 

@@ -56,6 +56,7 @@ def sweep_columns(n: int = 300, seed: int = 0) -> dict[str, np.ndarray]:
         plots.SWEEP_PER_GPU: per_gpu,
         plots.SWEEP_FEASIBLE: per_user > 30,
         "tp": rng.choice([1, 2, 4], n),
+        "workload": rng.choice(["chat", "long"], n),
         "nextn": rng.integers(0, 4, n),
     }
 
@@ -158,6 +159,14 @@ def test_result_figures_from_mappings_and_files(tmp_path):
     assert_png(plots.plot_pareto(tmp_path / "sweep.parquet", tmp_path / "pareto2.png"))
 
 
+def test_pareto_one_frontier_per_workload(tmp_path):
+    cols = sweep_columns(n=400, seed=5)
+    assert_png(plots.plot_pareto(cols, tmp_path / "all.png"))
+    assert_png(plots.plot_pareto(cols, tmp_path / "chat.png", workload="chat"))
+    with pytest.raises(QueryError, match="no workload 'nope'.*chat, long"):
+        plots.plot_pareto(cols, tmp_path / "nope.png", workload="nope")
+
+
 def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -171,7 +180,7 @@ def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path):
     read = plots._read_sweep(path, str(path), max_points=500)
     assert 500 <= read[plots.SWEEP_PER_GPU].size <= 500 + 8 + int(front.sum())
     assert read[plots.SWEEP_ON_PARETO].sum() == front.sum()
-    assert set(read) <= {plots.SWEEP_PER_USER, plots.SWEEP_PER_GPU, plots.SWEEP_FEASIBLE, plots.SWEEP_ON_PARETO, *plots.SWEEP_LABEL_COLUMNS}
+    assert set(read) <= {plots.SWEEP_PER_USER, plots.SWEEP_PER_GPU, plots.SWEEP_FEASIBLE, plots.SWEEP_ON_PARETO, plots.SWEEP_WORKLOAD, *plots.SWEEP_LABEL_COLUMNS}
     assert_png(plots.plot_pareto(path, tmp_path / "big.png", max_points=500))
 
 
@@ -256,6 +265,9 @@ def test_cli_result_plots(tmp_path, app):
     r = runner.invoke(app, ["plot", "pareto", str(tmp_path / "sweep.parquet"), "-o", str(tmp_path / "p.png")])
     assert r.exit_code == 0, r.output
     assert_png(tmp_path / "p.png")
+    r = runner.invoke(app, ["plot", "pareto", str(tmp_path / "sweep.parquet"), "--workload", "long", "-o", str(tmp_path / "q.png")])
+    assert r.exit_code == 0, r.output
+    assert_png(tmp_path / "q.png")
 
 
 @pytest.mark.parametrize(

@@ -48,8 +48,8 @@ Example:
 
 PARETO_HELP = """Pareto plot of a sweep result: output tokens/s per GPU vs tokens/s per user.
 
-SLA-feasible configs and their Pareto frontier are highlighted; configs outside measured support are
-counted, not drawn.
+SLA-feasible configs are highlighted, with one Pareto frontier per workload (--workload draws one);
+configs outside measured support are counted, not drawn.
 
 Example:
 
@@ -170,6 +170,7 @@ def register(app: typer.Typer) -> None:
     def pareto_cmd(
         results: Path = typer.Argument(..., help="Sweep result table (.parquet or .csv) written by jaxsim sweep."),
         output: Path = _output_option(),
+        workload: Optional[str] = typer.Option(None, help="Draw one workload only (default: every workload, one frontier each)."),
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
@@ -177,7 +178,7 @@ def register(app: typer.Typer) -> None:
 
         check_png_path(output)
         refuse_overwrite(output, force)
-        _done(plot_pareto(results, output), quiet)
+        _done(plot_pareto(results, output, workload=workload), quiet)
 
     @plot_app.command("cdf", help=CDF_HELP)
     @guarded
