@@ -1,7 +1,213 @@
-"""Placeholder: this command group is registered by its owner module."""
+"""``jaxsim replay``: replay a request trace against one deployment or a whole sweep, in one compiled call."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Optional
 
 import typer
 
+from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+
+REPLAY_HELP = """Replay a request trace (Azure, Mooncake, plain CSV/JSONL or a bundled excerpt) through the
+continuous-batching engine of a deployment: chunked prefill, KV blocks with preemption, measured
+speculative rounds. Writes one parquet row per request (per configuration and seed): TTFT, TTST,
+ITL/TPOT, E2E, decode rounds, preemptions, status. The summary is printed (or --json).
+
+A replay stops, with an explicit status, at the first pass whose lookup lies outside the profile's
+measured support: nothing is extrapolated.
+
+Examples:
+
+  jaxsim replay configs/deployment_speculative.toml --trace azure_code_1k --output out.parquet
+
+  jaxsim replay configs/deployment_aggregated.toml --trace my_trace.jsonl --max-requests 500 --time-scale 2 --seeds 8 --output out.parquet --force
+
+  jaxsim replay --sweep configs/quickstart.toml --trace mooncake_tiny --output sweep_replay.parquet --json
+
+Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake_tiny.
+"""
+
+_COLUMNS = (
+    "config", "seed", "request", "row", "arrival_ms", "input_tokens", "output_tokens", "generated_tokens",
+    "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_rounds",
+    "preemptions", "admissions", "terminal", "status",
+)
+_SUMMARY_KEYS = (
+    "completed_requests", "rejected_requests", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+    "mean_e2e_ms", "p99_e2e_ms", "output_throughput_tok_s", "request_throughput_rps", "preemptions",
+)
+
+
+def configs_from_sweep(spec_path: Path):
+    """One :class:`~jaxsim.replay.batch.ReplayConfig` per valid binding of a sweep spec (its concurrency
+    and workload axes are not used: the trace is the workload)."""
+    import numpy as np
+
+    from jaxsim.replay.batch import ReplayConfig, WorkerPool
+    from jaxsim.sweep.spec import load_spec, plan_sweep
+
+    plan = plan_sweep(load_spec(spec_path))
+    B, labels = plan.bindings, plan.labels
+    out = []
+    for b in range(plan.num_bindings):
+        g = lambda k: int(B[k][b])  # noqa: E731
+        mode = labels["mode"][g("mode")]
+        name = (
+            f"{labels['profile'][g('profile')]} tp={g('tp')} {mode}"
+            + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
+            + f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]} seqs={g('max_num_seqs')} tokens={g('max_num_batched_tokens')}"
+        )
+        rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
+        dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), g("max_num_seqs"), g("block_size"),
+                         g("kv_blocks"), g("max_model_len"), g("decode_workers") if mode == "disaggregated" else 1)
+        if mode == "aggregated":
+            out.append(ReplayConfig(name, g("nextn"), rates, aggregated=dec))
+        else:
+            pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("max_num_seqs"),
+                             g("block_size"), g("prefill_kv_blocks"), g("max_model_len"), g("prefill_workers"))
+            out.append(ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
+                                    kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b])))
+    if not out:
+        fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
+    return out
+
+
+def _table(outcomes):
+    import numpy as np
+    import pyarrow as pa
+
+    cols: dict[str, list] = {c: [] for c in _COLUMNS}
+    for o in outcomes:
+        r = o.requests
+        n = len(r["request"])
+        cols["config"].append(np.full(n, o.config.name, dtype=object))
+        cols["seed"].append(np.full(n, o.seed, np.int64))
+        cols["status"].append(np.full(n, o.status_text, dtype=object))
+        for c in _COLUMNS:
+            if c not in ("config", "seed", "status"):
+                cols[c].append(r[c])
+    return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
+
+
+def _summaries(outcomes) -> list[dict]:
+    out = []
+    for o in outcomes:
+        s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
+        out.append({"config": o.config.name, "mode": o.config.mode, "seed": o.seed, "status": o.status_text,
+                    "stopped_at": o.failure or None, **s})
+    return out
+
+
+def _write(table, path: Path, summaries: list[dict]) -> None:
+    import pyarrow.parquet as pq
+
+    meta = dict(table.schema.metadata or {})
+    meta[b"jaxsim.replay.summary"] = json.dumps(summaries).encode()
+    table = table.replace_schema_metadata(meta)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+
+
+def _timeline_table(outcomes):
+    import numpy as np
+    import pyarrow as pa
+
+    parts = []
+    for o in outcomes:
+        for w, tl in enumerate(o.timeline or []):
+            n = len(tl["pass"])
+            cols = {"config": np.full(n, o.config.name, dtype=object), "seed": np.full(n, o.seed, np.int64),
+                    "worker": np.full(n, w, np.int64), **tl}
+            parts.append(pa.table(cols))
+    return pa.concat_tables(parts) if parts else pa.table({"config": []})
+
+
+def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"replay of {trace_name} ({n} requests)")
+    for h in ("config", "seed", "status", "done", "TTFT mean", "TTFT p99", "TPOT mean", "E2E p99", "out tok/s", "preempt"):
+        t.add_column(h, justify="left" if h in ("config", "status") else "right")
+    f = lambda v, d=2: "-" if v is None else f"{v:,.{d}f}"  # noqa: E731
+    for s in summaries:
+        status = s["status"].replace("stopped: pass lookup unsupported:", "unsupported ")
+        status += f" at {s['stopped_at']}" if s["stopped_at"] else ""
+        t.add_row(s["config"], str(s["seed"]), status, f"{int(s['completed_requests'])}/{n}", f(s["mean_ttft_ms"]),
+                  f(s["p99_ttft_ms"]), f(s["mean_tpot_ms"]), f(s["p99_e2e_ms"]), f(s["output_throughput_tok_s"], 1),
+                  str(int(s["preemptions"])))
+    Console().print(t)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``jaxsim replay``."""
+
+    @app.command("replay", help=REPLAY_HELP, no_args_is_help=True)
+    @guarded
+    def replay_cmd(
+        config: Optional[Path] = typer.Argument(None, help="Deployment config (TOML); omit with --sweep."),
+        trace: str = typer.Option(..., "--trace", "-t", help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name."),
+        output: Path = typer.Option(..., "--output", "-o", help="Per-request results (parquet)."),
+        sweep: Optional[Path] = typer.Option(None, "--sweep", help="Sweep spec (TOML): replay every valid binding of it."),
+        force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
+        seeds: int = typer.Option(1, "--seeds", min=1, help="Replays per configuration with seeds seed..seed+N-1 (stochastic acceptance)."),
+        seed: int = typer.Option(0, "--seed", help="First seed."),
+        timeline: bool = typer.Option(False, "--timeline", help="Also write per-pass records to OUTPUT with suffix .timeline.parquet."),
+        trace_format: Optional[str] = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
+        time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
+        max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Keep the first N requests."),
+        sla_ttft_ms: Optional[float] = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
+        sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
+        sla_e2e_ms: Optional[float] = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON instead of a table."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr (terminals only)."),
+    ) -> None:
+        from jaxsim.replay.batch import config_from_binding, run_replays
+        from jaxsim.replay.metrics import SLA
+        from jaxsim.replay.traces import load_trace
+
+        if (config is None) == (sweep is None):
+            fail("give a deployment CONFIG or --sweep SPEC (exactly one)")
+        tl_path = output.with_name(output.stem + ".timeline.parquet")
+        refuse_overwrite(output, force)
+        if timeline:
+            refuse_overwrite(tl_path, force)
+        if not output.parent.is_dir():
+            fail(f"{output.parent}: no such directory")
+        sla = None
+        if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
+            sla = SLA(sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)
+        if sweep is not None:
+            configs = configs_from_sweep(sweep)
+        else:
+            from jaxsim.binding import bind
+            from jaxsim.config import load_config
+
+            configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
+        tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests)
+        seed_list = list(range(seed, seed + seeds))
+        total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
+
+        if progress and stderr_is_tty():
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays", total=total)
+                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, progress=lambda k: bar.advance(task, k))
+        else:
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla)
+        summaries = _summaries(outcomes)
+        _write(_table(outcomes), output, summaries)
+        if timeline:
+            import pyarrow.parquet as pq
+
+            pq.write_table(_timeline_table(outcomes), tl_path, compression="zstd")
+        if as_json:
+            typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "replays": summaries}, indent=1))
+        else:
+            _print_summary(summaries, tr.name, len(tr))
+            typer.echo(f"wrote {output}" + (f" and {tl_path}" if timeline else ""))

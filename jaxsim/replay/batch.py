@@ -8,15 +8,23 @@ a whole sweep compiles once.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import RoundTable
-from jaxsim.replay.engine import EngineParams, Requests, ReplayResult, replay
+from jaxsim.replay import metrics
+from jaxsim.replay.engine import (
+    COMPLETED, DONE, EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay, slot_bucket, status_name,
+)
+from jaxsim.replay.traces import Trace, request_bucket
 
 _I64_MAX = np.iinfo(np.int64).max
 _UNSUPPORTED_PACKED = np.int32(st.BATCH_OUT_OF_RANGE << 24)
@@ -135,3 +143,279 @@ def replay_batch(
         )
         outs.append(jax.tree.map(lambda x: x[: min(size, n - lo)], part))
     return outs[0] if len(outs) == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+
+
+# ----------------------------------------------------------------------------------------------------
+# deployments: replicas, disaggregated prefill/decode pools, bindings
+
+
+@dataclass(frozen=True, eq=False)
+class WorkerPool:
+    """One role: a compiled table, its scheduler envelope and KV pool, and how many replicas serve it.
+
+    Requests are routed to replicas round-robin in arrival order.
+    """
+
+    table: RoundTable
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_gpu_blocks: int
+    max_model_len: int
+    replicas: int = 1
+
+    def params(self, nextn: int, accept_rates, max_passes: int) -> EngineParams:
+        return make_params(
+            self.table, max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+            block_size=self.block_size, num_gpu_blocks=self.num_gpu_blocks, num_draft_tokens=nextn,
+            accept_rates=accept_rates, max_model_len=self.max_model_len, max_passes=max_passes,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayConfig:
+    """A deployment to replay: one aggregated pool, or prefill + decode pools joined by a KV link.
+
+    Disaggregated: a prefill replica computes the prompt and its first token; the KV then travels
+    (``input_tokens × kv_bytes_per_token / kv_transfer_bytes_per_s``) to a decode replica, where the
+    request arrives with its prompt cached and is observed from its first decode round on (TTFT =
+    prefill + transfer + first round).
+    """
+
+    name: str
+    nextn: int
+    accept_rates: np.ndarray
+    aggregated: WorkerPool | None = None
+    prefill: WorkerPool | None = None
+    decode: WorkerPool | None = None
+    kv_bytes_per_token: int | None = None
+    kv_transfer_bytes_per_s: float | None = None
+
+    def __post_init__(self):
+        agg = self.aggregated is not None
+        pd = self.prefill is not None and self.decode is not None
+        if agg == pd:
+            raise ValueError(f"{self.name}: give either an aggregated pool or a prefill and a decode pool")
+        if pd and not (self.kv_bytes_per_token and self.kv_transfer_bytes_per_s and self.kv_transfer_bytes_per_s > 0):
+            raise ValueError(f"{self.name}: disaggregated replay needs kv_bytes_per_token and a positive KV link bandwidth")
+
+    @property
+    def mode(self) -> str:
+        return "aggregated" if self.aggregated is not None else "disaggregated"
+
+    @property
+    def pools(self) -> tuple[WorkerPool, ...]:
+        return (self.aggregated,) if self.aggregated is not None else (self.prefill, self.decode)
+
+    @property
+    def stochastic(self) -> bool:
+        return is_stochastic(np.asarray(self.accept_rates)[: self.nextn])
+
+
+def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
+    if rb.kv.num_gpu_blocks is None:
+        raise BindingError(f"roles.{rb.name}: no KV block count for replay ({rb.kv.blocks_problem})")
+    return WorkerPool(
+        table=rb.table, max_num_batched_tokens=int(rb.max_num_batched_tokens), max_num_seqs=int(rb.max_num_seqs),
+        block_size=int(block_size), num_gpu_blocks=int(rb.kv.num_gpu_blocks),
+        max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas),
+    )
+
+
+def config_from_binding(b, name: str | None = None) -> ReplayConfig:
+    """A :class:`ReplayConfig` from a :class:`jaxsim.binding.Binding`."""
+    label = name or Path(str(b.config.source)).stem
+    pools = {role: _pool_from_role(rb, b.block_size, b.context_length) for role, rb in b.roles.items()}
+    rates = np.asarray(b.accept_rates, np.float64)
+    if b.mode == "aggregated":
+        return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"])
+    return ReplayConfig(
+        label, int(b.nextn), rates, prefill=pools["prefill"], decode=pools["decode"],
+        kv_bytes_per_token=int(b.prefill.kv_bytes_per_token), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s),
+    )
+
+
+@dataclass(eq=False)
+class ReplayOutcome:
+    """One (configuration, seed) replay of a trace: per-request columns (trace order), aggregates and
+    the replay status (``completed`` unless a pass left measured support, a request can never fit, or
+    the pass limit was hit)."""
+
+    config: ReplayConfig
+    seed: int
+    status: int
+    status_text: str
+    requests: dict
+    summary: dict
+    timeline: dict | None = None
+    failed_query: tuple | None = None
+
+    @property
+    def failure(self) -> str:
+        """The stopping pass's lookup (for a replay stopped outside measured support), else ''."""
+        if self.failed_query is None:
+            return ""
+        np_, pt, pk, nd, dk = self.failed_query
+        parts = []
+        if np_:
+            parts.append(f"prefill(batch={np_}, tokens={pt}, kv={pk})")
+        if nd:
+            parts.append(f"decode(batch={nd}, kv={dk})")
+        return " + ".join(parts)
+
+
+def _max_passes(trace: Trace) -> int:
+    return int(16 * (int(trace.output_tokens.sum()) + int(trace.input_tokens.sum() // 16) + len(trace)) + 1000)
+
+
+def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None) -> list:
+    """Run (params, requests, key, slots, stochastic) items grouped by static arguments."""
+    groups: dict = {}
+    for i, it in enumerate(items):
+        groups.setdefault((it[3], it[4], it[1].size), []).append(i)
+    out = [None] * len(items)
+    for (slots, stochastic, _), idx in groups.items():
+        size = len(idx) if not chunk else min(int(chunk), len(idx))
+        stacked = stack_params([items[i][0] for i in idx])
+        rqs = stack_requests([items[i][1] for i in idx])
+        keys = jnp.stack([items[i][2] for i in idx])
+        for lo in range(0, len(idx), size):
+            sel = np.arange(lo, lo + size) % len(idx)
+            part = replay_many(
+                jax.tree.map(lambda x: x[sel], stacked), jax.tree.map(lambda x: x[sel], rqs), keys[sel],
+                slots=slots, stochastic=stochastic, timeline_len=timeline_len,
+            )
+            part = jax.tree.map(np.asarray, part)
+            for j in range(min(size, len(idx) - lo)):
+                out[idx[lo + j]] = unstack(part, j)
+            if progress is not None:
+                progress(min(size, len(idx) - lo))
+    return out
+
+
+def _split(n: int, replicas: int) -> list[np.ndarray]:
+    return [np.arange(r, n, replicas) for r in range(replicas)]
+
+
+def _sub_requests(arrival, inp, out, idx, size, materialized=False) -> Requests:
+    pad = size - idx.size
+    return Requests(
+        arrival_ms=jnp.asarray(np.concatenate([arrival[idx], np.full(pad, np.inf)])),
+        input_tokens=jnp.asarray(np.concatenate([inp[idx], np.ones(pad, np.int64)])),
+        output_tokens=jnp.asarray(np.concatenate([out[idx], np.ones(pad, np.int64)])),
+        valid=jnp.asarray(np.arange(size) < idx.size),
+        materialized=jnp.full((size,), bool(materialized)),
+    )
+
+
+def _stage(pool: WorkerPool, nextn, rates, arrival, inp, out, seed, stage, materialized, max_passes):
+    """Items of one pool for one replay: requests (sorted by arrival) split round-robin over replicas."""
+    parts = _split(arrival.size, pool.replicas)
+    size = request_bucket(max(p.size for p in parts))
+    p = pool.params(nextn, rates, max_passes)
+    base = jax.random.PRNGKey(int(seed))
+    return parts, [
+        (p, _sub_requests(arrival, inp, out, idx, size, materialized), jax.random.fold_in(jax.random.fold_in(base, stage), r),
+         slot_bucket(pool.max_num_seqs), is_stochastic(np.asarray(rates)[:nextn]))
+        for r, idx in enumerate(parts)
+    ]
+
+
+_FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds", "preemptions",
+           "admissions", "token_gap_sq_ms2", "terminal")
+
+
+def _gather(parts, results, n: int) -> dict:
+    cols = {f: None for f in _FIELDS}
+    for idx, res in zip(parts, results):
+        for f in _FIELDS:
+            a = np.asarray(getattr(res, f))[: idx.size]
+            if cols[f] is None:
+                cols[f] = np.zeros(n, a.dtype) if a.dtype != np.float64 else np.full(n, np.nan)
+            cols[f][idx] = a
+    return cols
+
+
+def _worst(results) -> tuple[int, tuple | None]:
+    for r in results:
+        if int(r.status) != COMPLETED:
+            q = tuple(int(x) for x in np.asarray(r.failed_query)) if int(r.status) >= st.FIRST_UNSUPPORTED else None
+            return int(r.status), q
+    return COMPLETED, None
+
+
+def run_replays(
+    configs: Sequence[ReplayConfig],
+    trace: Trace,
+    seeds: Sequence[int] = (0,),
+    *,
+    timeline: bool = False,
+    timeline_len: int = 4096,
+    chunk: int | None = 256,
+    sla: metrics.SLA | None = None,
+    progress=None,
+) -> list[ReplayOutcome]:
+    """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
+
+    ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished.
+    """
+    arrival, inp, out = trace.arrival_ms, trace.input_tokens, trace.output_tokens
+    n = len(trace)
+    tl = int(timeline_len) if timeline else 0
+    mp = _max_passes(trace)
+    jobs = [(c, int(s)) for c in configs for s in seeds]
+    # stage 1: aggregated pools, or the prefill pools of disaggregated configs
+    items, plan = [], []
+    for c, s in jobs:
+        if c.mode == "aggregated":
+            parts, its = _stage(c.aggregated, c.nextn, c.accept_rates, arrival, inp, out, s, 0, False, mp)
+        else:
+            parts, its = _stage(c.prefill, c.nextn, c.accept_rates, arrival, inp, np.ones_like(out), s, 0, False, mp)
+        plan.append((parts, len(items), len(its)))
+        items += its
+    res1 = _run_items(items, timeline_len=tl, chunk=chunk, progress=progress)
+    # stage 2: decode pools, fed by prefill completions plus the KV transfer
+    items2, plan2 = [], {}
+    for j, (c, s) in enumerate(jobs):
+        if c.mode != "disaggregated":
+            continue
+        parts, lo, k = plan[j]
+        pre = _gather(parts, res1[lo: lo + k], n)
+        ready = pre["terminal"] == DONE
+        xfer = inp.astype(np.float64) * float(c.kv_bytes_per_token) / float(c.kv_transfer_bytes_per_s) * 1000.0
+        arr2 = np.where(ready, pre["last_token_ms"] + xfer, np.inf)
+        order = np.argsort(arr2, kind="stable")
+        order = order[np.isfinite(arr2[order])]
+        if order.size == 0:
+            plan2[j] = (pre, order, [], len(items2), 0)
+            continue
+        parts2, its = _stage(c.decode, c.nextn, c.accept_rates, arr2[order], inp[order], out[order], s, 1, True, mp)
+        plan2[j] = (pre, order, parts2, len(items2), len(its))
+        items2 += its
+    res2 = _run_items(items2, timeline_len=tl, chunk=chunk, progress=progress) if items2 else []
+    outcomes = []
+    for j, (c, s) in enumerate(jobs):
+        parts, lo, k = plan[j]
+        stage1 = res1[lo: lo + k]
+        if c.mode == "aggregated":
+            cols = _gather(parts, stage1, n)
+            status, failed = _worst(stage1)
+            tls = [metrics.timeline_table(r) for r in stage1] if tl else None
+        else:
+            pre, order, parts2, lo2, k2 = plan2[j]
+            stage2 = res2[lo2: lo2 + k2]
+            dec = _gather(parts2, stage2, order.size) if k2 else {f: np.zeros(0) for f in _FIELDS}
+            cols = {f: np.full(n, np.nan) if pre[f].dtype == np.float64 else np.zeros(n, pre[f].dtype) for f in _FIELDS}
+            for f in _FIELDS:
+                if k2:
+                    cols[f][order] = dec[f]
+            cols["preemptions"] = pre["preemptions"] + cols["preemptions"]
+            cols["admissions"] = pre["admissions"] + cols["admissions"]
+            cols["terminal"] = np.where(pre["terminal"] == DONE, cols["terminal"], pre["terminal"]).astype(np.int32)
+            status, failed = _worst(stage1 + stage2)
+            tls = [metrics.timeline_table(r) for r in stage1 + stage2] if tl else None
+        view = SimpleNamespace(**{f: cols[f] for f in _FIELDS})
+        req = metrics.per_request(view, arrival, inp, out, n=n)
+        req["row"] = trace.row
+        outcomes.append(ReplayOutcome(c, s, status, status_name(status), req, metrics.aggregate(req, sla), tls, failed))
+    return outcomes

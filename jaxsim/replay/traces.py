@@ -103,11 +103,12 @@ def make_trace(name: str, arrival_ms, input_tokens, output_tokens, *, source: st
         bad = ~np.isfinite(col.astype(np.float64)) | (col.astype(np.float64) != np.round(col.astype(np.float64))) | (col < 1)
         if bad.any():
             i = int(np.argmax(bad))
-            raise QueryError(f"{name}: row {i + 1}: {label}={col[i]!r} must be an integer >= 1")
+            v = col[i].item() if hasattr(col[i], "item") else col[i]
+            raise QueryError(f"{name}: row {i + 1}: {label}={v!r} must be an integer >= 1")
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         i = int(np.argmax(bad))
-        raise QueryError(f"{name}: row {i + 1}: arrival time {arr[i]!r} must be a finite number >= 0")
+        raise QueryError(f"{name}: row {i + 1}: arrival time {float(arr[i])!r} must be a finite number >= 0")
     order = np.argsort(arr, kind="stable")
     arr = arr[order]
     if rebase and arr.size:

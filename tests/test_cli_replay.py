@@ -1,0 +1,115 @@
+"""``jaxsim replay`` end to end: a golden replay case written as a deployment config + trace file,
+replayed through the CLI, reproduces the reference per request; plus errors, overwrite and JSON."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from jaxsim.cli.main import app
+from jaxsim.replay.traces import write_trace_csv
+from replay_support import GOLDENS, case_trace, replay_cases
+
+runner = CliRunner()
+CASE = next(c for c in replay_cases() if c["id"] == "sd_k3_a2_kv_bound")
+
+
+def _materialize(case: dict, root):
+    """The reference's replay setup: the table's profile with the case's scheduler envelope and pool."""
+    es = case["engine_settings"]
+    src = GOLDENS / "tables" / case["table"]
+    prof = json.loads((src / "profile.json").read_text())
+    res = prof["deployments"][0]["resources"]
+    res["max_num_tokens"] = es["max_num_batched_tokens"]
+    res["max_batch_size"] = es["max_num_seqs"]
+    res["runtime_memory"]["kv_cache_bytes"] = es["kv_cache_bytes"]
+    pdir = root / "profile"
+    pdir.mkdir()
+    (pdir / "profile.json").write_text(json.dumps(prof))
+    for f in ("fpm_forward_perf.parquet", "fpm_forward_perf.metadata.json"):
+        shutil.copy(src / f, pdir / f)
+    lines = [
+        f'model = "{prof["model"]}"', 'system = "h200_sxm"', 'backend_version = "0.24.0"', 'profile = "profile"',
+        f"block_size = {es['block_size']}", f"context_length = {es['context_length']}",
+    ]
+    if es["nextn"]:
+        lines += [f"nextn = {es['nextn']}", f"accepted_tokens = {float(es['nextn_accepted'])}"]
+    lines += ["", "[roles.aggregated]", "tp = 1"]
+    cfg = root / "golden.toml"
+    cfg.write_text("\n".join(lines) + "\n")
+    trace = root / "trace.csv"
+    write_trace_csv(case_trace(case), trace)
+    return cfg, trace
+
+
+@pytest.fixture(scope="module")
+def golden_setup(tmp_path_factory):
+    return _materialize(CASE, tmp_path_factory.mktemp("cli"))
+
+
+def test_cli_replays_a_golden_case(golden_setup, tmp_path):
+    cfg, trace = golden_setup
+    out = tmp_path / "out.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--timeline", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "replay of trace (8 requests)" in r.output and "wrote" in r.output
+    t = pq.read_table(out).to_pydict()
+    gold = CASE["result"]["per_request"]
+    assert t["request"] == list(range(len(gold)))
+    for i, g in enumerate(gold):
+        assert abs(t["ttft_ms"][i] - g["ttft_ms"]) <= 1e-9 * g["ttft_ms"]
+        assert abs(t["e2e_ms"][i] - g["e2e_latency_ms"]) <= 1e-9 * g["e2e_latency_ms"]
+        assert t["preemptions"][i] == g["readmission_count"]
+    summary = json.loads(pq.read_schema(out).metadata[b"jaxsim.replay.summary"])
+    assert summary[0]["status"] == "completed"
+    assert abs(summary[0]["mean_e2e_ms"] - CASE["result"]["aggregate"]["mean_e2e_latency_ms"]) < 1e-9
+    tl = pq.read_table(out.with_name("out.timeline.parquet")).to_pydict()
+    assert len(tl["pass"]) > 0 and max(tl["kv_blocks_used"]) <= CASE["engine_settings"]["kv_blocks"]
+
+
+def test_cli_refuses_overwrite_and_bad_inputs(golden_setup, tmp_path):
+    cfg, trace = golden_setup
+    out = tmp_path / "out.parquet"
+    out.write_text("keep me")
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out)])
+    assert r.exit_code == 2 and "exists; pass --force" in r.output
+    assert out.read_text() == "keep me"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(tmp_path / "missing.csv"), "--output", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and "missing.csv" in r.output and "Traceback" not in r.output
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_ms,input_length,output_length\n0,10,5\n1,abc,5\n")
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(bad), "--output", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and "row 2" in r.output and "input_length" in r.output
+    r = runner.invoke(app, ["replay", "--trace", "mooncake_tiny", "--output", str(tmp_path / "o.parquet")])
+    assert r.exit_code == 2 and "exactly one" in r.output
+
+
+def test_cli_help_has_an_example():
+    r = runner.invoke(app, ["replay", "--help"])
+    assert r.exit_code == 0 and "jaxsim replay configs/" in r.output and "--sweep" in r.output
+
+
+def test_cli_subprocess_json_and_seeds(golden_setup, tmp_path):
+    cfg, trace = golden_setup
+    out = tmp_path / "o.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxsim", "replay", str(cfg), "--trace", str(trace), "--output", str(out), "--seeds", "2",
+         "--sla-ttft-ms", "100", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert [r["seed"] for r in rep["replays"]] == [0, 1]
+    gold = CASE["result"]["per_request"]
+    ok = sum(g["ttft_ms"] <= 100 for g in gold)
+    assert all(r["goodput_requests"] == ok for r in rep["replays"])
+    t = pq.read_table(out).to_pydict()
+    assert len(t["request"]) == 2 * len(gold)
+    np.testing.assert_array_equal(t["e2e_ms"][: len(gold)], t["e2e_ms"][len(gold):])  # certain acceptance
