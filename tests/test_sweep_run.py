@@ -133,7 +133,7 @@ def test_killed_run_resumes_to_a_byte_identical_result(reference, spec_path, tmp
     with pytest.raises(Killed):
         run_sweep(spec_path, out, csv=True, top=3, on_chunk=kill_after_two, devices=jax.devices()[:1])
     assert not out.exists()
-    finished = sorted(p.name for p in work_dir_for(out).glob("chunk-*.parquet"))
+    finished = sorted(p.name for p in work_dir_for(out).glob("chunk-*.arrow"))
     assert len(finished) == 2
     res = run_sweep(spec_path, out, csv=True, top=3, devices=jax.devices()[:1])
     assert res.chunks_reused == 2 and res.chunks_run == res.summary["chunks"] - 2

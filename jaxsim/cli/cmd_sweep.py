@@ -110,8 +110,9 @@ def _report(res, plot: Optional[Path], max_pareto: int) -> None:
     rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
     con.print(
         f"results: {res.output}" + (f" and {res.csv}" if res.csv else "") + (f"; plot: {plot}" if plot else "")
-        + f"\ncompile {res.compile_s:.1f} s, evaluate {res.eval_s:.2f} s ({rate}, {res.num_devices} device(s)), "
-        f"wall {res.wall_s:.1f} s; chunks run {res.chunks_run}, reused {res.chunks_reused}"
+        + f"\nvalidate {res.plan_s:.1f} s, compile {res.compile_s:.1f} s, evaluate {res.eval_s:.2f} s ({rate}, "
+        f"{res.num_devices} device(s)), merge {res.finalize_s:.1f} s, wall {res.wall_s:.1f} s; "
+        f"chunks run {res.chunks_run}, reused {res.chunks_reused}"
     )
 
 
@@ -122,7 +123,7 @@ def _json(res, plot: Optional[Path]) -> str:
     out = dict(res.summary)
     out.update(
         output=str(res.output), csv=str(res.csv) if res.csv else None, plot=str(plot) if plot else None,
-        compile_s=res.compile_s, eval_s=res.eval_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
+        plan_s=res.plan_s, compile_s=res.compile_s, eval_s=res.eval_s, finalize_s=res.finalize_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
         devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused,
         top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
     )
@@ -146,8 +147,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (counts, top rows, frontier) instead of tables."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
         distributed: bool = typer.Option(
-            False, "--distributed", help="Multi-host: jax.distributed.initialize() from the environment; each process runs its share of the chunks."
+            False, "--distributed", help="Multi-host: jax.distributed.initialize() (cluster auto-detection, or the three options below); "
+            "each process evaluates its share of the chunks into OUTPUT.work/ on a shared filesystem and process 0 merges.",
         ),
+        coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
+        num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
+        process_id: Optional[int] = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
     ) -> None:
         from jaxsim.sweep import load_spec, run_sweep
 
@@ -171,10 +176,10 @@ def register(app: typer.Typer) -> None:
                 fail("--plot needs matplotlib, which is not installed: pip install 'jaxsim[plot]'")
             refuse_overwrite(plot, force)
         pid, count = 0, 1
-        if distributed:
+        if distributed or coordinator or num_processes is not None or process_id is not None:
             import jax
 
-            jax.distributed.initialize()
+            jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
             pid, count = jax.process_index(), jax.process_count()
         res = run_sweep(
             s, out, csv=csv, chunk_size=chunk_size, force=force, strict=strict, top=top,
