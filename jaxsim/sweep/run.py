@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
