@@ -188,6 +188,26 @@ def prefill_latency_ms(
     return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
 
 
+def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens):
+    """The prefill and decode lookups of one iteration, and the status of their combination."""
+    has_p = num_prefill_requests > 0
+    has_d = num_decode_requests > 0
+    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
+    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
+    code = jnp.where(
+        has_p & (cp >= st.FIRST_UNSUPPORTED),
+        cp,
+        jnp.where(
+            has_d & (cd >= st.FIRST_UNSUPPORTED),
+            cd,
+            jnp.where(has_p & has_d, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY))),
+        ),
+    )
+    bad = (num_prefill_requests < 0) | (num_decode_requests < 0) | ((num_prefill_requests == 0) & (prefill_tokens != 0))
+    code = jnp.where(bad, st.INVALID_QUERY, code)
+    return has_p, has_d, jnp.where(has_p, lp, 0.0), jnp.where(has_d, ld, 0.0), code
+
+
 def mixed_latency_ms(
     t: RoundTable,
     num_prefill_requests: Int64[Array, ""],
@@ -201,24 +221,13 @@ def mixed_latency_ms(
     Pure decode or pure prefill work reduces to that lookup; empty work costs 0 ms. A measured
     speculative round has no qualified mixed composition and is refused.
     """
-    has_p = num_prefill_requests > 0
-    has_d = num_decode_requests > 0
-    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
-    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
-    base = decode_baseline_ms(t, num_decode_requests, decode_kv_tokens)
+    has_p, has_d, lp, ld, code = _pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
     both = has_p & has_d
-    lat = jnp.where(both, lp + ld - base, jnp.where(has_p, lp, jnp.where(has_d, ld, 0.0)))
-    code = jnp.where(
-        both,
-        jnp.where(cp >= st.FIRST_UNSUPPORTED, cp, jnp.where(cd >= st.FIRST_UNSUPPORTED, cd, st.COMPOSED)),
-        jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY)),
-    )
-    bad = (num_prefill_requests < 0) | (num_decode_requests < 0) | ((num_prefill_requests == 0) & (prefill_tokens != 0))
-    code = jnp.where(bad, st.INVALID_QUERY, code)
+    base = jnp.where(both, decode_baseline_ms(t, num_decode_requests, decode_kv_tokens), 0.0)
     if t.speculative:
         code = jnp.where(both, st.SD_MIXED_REFUSED, code)
     ok = code < st.FIRST_UNSUPPORTED
-    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+    return jnp.where(ok, lp + ld - base, jnp.nan), code.astype(jnp.int32)
 
 
 def scheduler_pass_latency_ms(
@@ -236,18 +245,9 @@ def scheduler_pass_latency_ms(
     """
     if not t.speculative:
         return mixed_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
-    has_p = num_prefill_requests > 0
-    has_d = num_decode_requests > 0
-    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
-    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
-    lat = jnp.where(has_p, lp, 0.0) + jnp.where(has_d, ld, 0.0)
-    code = jnp.where(
-        has_p & (cp >= st.FIRST_UNSUPPORTED),
-        cp,
-        jnp.where(has_d & (cd >= st.FIRST_UNSUPPORTED), cd, jnp.where(has_p & has_d, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY)))),
-    )
+    _, _, lp, ld, code = _pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
     ok = code < st.FIRST_UNSUPPORTED
-    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
+    return jnp.where(ok, lp + ld, jnp.nan), code.astype(jnp.int32)
 
 
 # Batched, jitted entry points: the table is an argument, so a new table of the same bucket shapes
