@@ -113,3 +113,40 @@ def test_cli_subprocess_json_and_seeds(golden_setup, tmp_path):
     t = pq.read_table(out).to_pydict()
     assert len(t["request"]) == 2 * len(gold)
     np.testing.assert_array_equal(t["e2e_ms"][: len(gold)], t["e2e_ms"][len(gold):])  # certain acceptance
+
+
+def test_cli_sweep_spec_replays_every_binding(golden_setup, tmp_path):
+    cfg, trace = golden_setup
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"""
+name = "golden"
+block_size = {CASE['engine_settings']['block_size']}
+[[profile]]
+name = "{cfg.parent / 'profile'}"
+label = "g"
+[serving]
+mode = ["aggregated"]
+[speculation]
+nextn = ["profile"]
+acceptance = [2.0, 1.0]
+[scheduler]
+concurrency = [1]
+max_num_seqs = ["recorded"]
+max_num_batched_tokens = ["recorded"]
+[[workload]]
+name = "w"
+isl = 100
+osl = 10
+""")
+    out = tmp_path / "s.parquet"
+    r = runner.invoke(app, ["replay", "--sweep", str(spec), "--trace", str(trace), "--output", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert len(rep["replays"]) == 2 and all(x["status"] == "completed" for x in rep["replays"])
+    t = pq.read_table(out).to_pydict()
+    assert len(set(t["config"])) == 2
+    a2 = [i for i, c in enumerate(t["config"]) if "accepted=2 " in c]
+    assert len(a2) == len(CASE["requests"])
+    gold = CASE["result"]["per_request"]
+    got = sorted(t["e2e_ms"][i] for i in a2)
+    assert got == pytest.approx(sorted(g["e2e_latency_ms"] for g in gold), rel=1e-12)

@@ -14,7 +14,7 @@ from hypothesis import strategies as hst
 from jaxsim.kernels.acceptance import expected_tokens_per_round, pad_rates
 from jaxsim.kernels.rounds import decode_batch, prefill_batch
 from jaxsim.replay import metrics
-from jaxsim.replay.batch import replay_batch, unstack
+from jaxsim.replay.batch import ReplayConfig, WorkerPool, replay_batch, run_replays, unstack
 from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params, replay_jit
 from jaxsim.replay.traces import make_trace
 from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases
@@ -169,3 +169,43 @@ def test_closed_loop_steady_state(table, accepted):
     assert abs(agg["mean_tpot_ms"] - tpot) <= 0.05 * tpot
     assert abs(agg["output_throughput_tok_s"] - throughput) <= 0.05 * throughput
     assert metrics.timeline_table(res)["running"].max() == c
+
+
+def _pool(table, **kw):
+    base = dict(max_num_batched_tokens=1024, max_num_seqs=4, block_size=16, num_gpu_blocks=4000, max_model_len=32768)
+    base.update(kw)
+    return WorkerPool(padded_tables()[table], **base)
+
+
+def test_replicas_route_round_robin():
+    trace = make_trace("r", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [100, 120, 90, 110, 80, 60], [9, 7, 12, 5, 8, 6])
+    rates = pad_rates(np.array([1.0, 1.0, 0.0]))
+    two = run_replays([ReplayConfig("two", 3, rates, aggregated=_pool("sd_k3", replicas=2))], trace)[0]
+    one = ReplayConfig("one", 3, rates, aggregated=_pool("sd_k3"))
+    for r, idx in enumerate((np.arange(0, 6, 2), np.arange(1, 6, 2))):
+        sub = make_trace("s", trace.arrival_ms[idx], trace.input_tokens[idx], trace.output_tokens[idx], rebase=False)
+        alone = run_replays([one], sub)[0]
+        np.testing.assert_array_equal(two.requests["ttft_ms"][idx], alone.requests["ttft_ms"])
+        np.testing.assert_array_equal(two.requests["e2e_ms"][idx], alone.requests["e2e_ms"])
+    assert two.status == COMPLETED and two.summary["completed_requests"] == 6
+
+
+def test_disaggregated_ttft_is_prefill_plus_transfer_plus_first_round():
+    rates = pad_rates(np.array([1.0, 1.0, 0.0]))
+    bpt, link = 147456, 25e9
+    cfg = ReplayConfig("pd", 3, rates, prefill=_pool("sd_k3"), decode=_pool("sd_k3"), kv_bytes_per_token=bpt,
+                       kv_transfer_bytes_per_s=link)
+    isl, osl = 300, 10
+    out = run_replays([cfg], make_trace("one", [0.0], [isl], [osl]))[0]
+    assert out.status == COMPLETED
+    t = padded_tables()["sd_k3"]
+    dur = lambda ms: round(ms / 1000.0 * 1e9) / 1e9 * 1000.0  # noqa: E731
+    p = dur(float(prefill_batch(t, np.array([1]), np.array([isl]), np.array([0]))[0][0]))
+    d = dur(float(decode_batch(t, np.array([1]), np.array([isl]))[0][0]))
+    xfer = isl * bpt / link * 1000.0
+    assert out.requests["ttft_ms"][0] == pytest.approx(p + xfer + d, rel=1e-12)
+    assert out.requests["generated_tokens"][0] == osl
+    # the prefill token rides with the first round's burst: ceil((osl - 1) / 3) rounds on the decode worker
+    assert out.requests["decode_rounds"][0] == math.ceil((osl - 1) / 3)
+    agg = run_replays([ReplayConfig("agg", 3, rates, aggregated=_pool("sd_k3"))], make_trace("one", [0.0], [isl], [osl]))[0]
+    assert agg.requests["ttft_ms"][0] == pytest.approx(p, rel=1e-12)

@@ -275,7 +275,8 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None) ->
         groups.setdefault((it[3], it[4], it[1].size), []).append(i)
     out = [None] * len(items)
     for (slots, stochastic, _), idx in groups.items():
-        size = len(idx) if not chunk else min(int(chunk), len(idx))
+        size = 1 << max(0, len(idx) - 1).bit_length()  # bucketed batch: few distinct compilations
+        size = size if not chunk else min(int(chunk), size)
         stacked = stack_params([items[i][0] for i in idx])
         rqs = stack_requests([items[i][1] for i in idx])
         keys = jnp.stack([items[i][2] for i in idx])

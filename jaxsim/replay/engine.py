@@ -132,20 +132,16 @@ class _State(eqx.Module):
     admit_ptr: Int64[Array, ""]
     run: Int64[Array, " S"]
     stk: Int64[Array, " S"]
-    gen: Int64[Array, " N1"]
-    computed: Int64[Array, " N1"]
-    alloc: Int64[Array, " N1"]
-    first: Float64[Array, " N1"]
-    second: Float64[Array, " N1"]
-    last: Float64[Array, " N1"]
-    gap_sq: Float64[Array, " N1"]
-    rounds: Int32[Array, " N1"]
-    preempt: Int32[Array, " N1"]
-    admits: Int32[Array, " N1"]
-    done: Bool[Array, " N1"]
-    mat: Bool[Array, " N1"]
+    ri: Int64[Array, "N1 9"]  # per request: _PROMPT.._FLAGS (row N is the padding sentinel)
+    rf: Float64[Array, "N1 4"]  # per request: _FIRST, _SECOND, _LAST, _GAPSQ
     failed: Int64[Array, " 5"]
     timeline: Float64[Array, "T F"]
+
+
+# columns of the packed per-request state (one gather / one scatter per pass instead of one per field)
+_PROMPT, _OUT, _GEN, _COMP, _ALLOC, _ROUNDS, _PREEMPT, _ADMITS, _FLAGS = range(9)
+_FIRST, _SECOND, _LAST, _GAPSQ = range(4)
+_MAT, _DONE = 1, 2  # flag bits
 
 
 def _blocks(tokens, block_size):
@@ -187,23 +183,25 @@ def _push_stack(stk, n_stk, run_req, lo, hi, S):
     return stk.at[pos].set(run_req, mode="drop"), n_stk + (hi - lo)
 
 
-def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochastic: bool, s: _State) -> _State:
+def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _State) -> _State:
     S = s.run.shape[0]
-    N = s.gen.shape[0] - 1
+    N = s.ri.shape[0] - 1
     slot = jnp.arange(S)
     B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
 
     # arrivals; an idle engine jumps to the next arrival
-    arrived = jnp.searchsorted(arr_sorted, s.now, side="right")
-    idle = (s.n_run == 0) & (s.n_stk == 0) & (s.admit_ptr >= arrived)
-    now = jnp.where(idle & (s.admit_ptr < n_acc), arr_sorted[jnp.minimum(s.admit_ptr, N - 1)], s.now)
-    arrived = jnp.searchsorted(arr_sorted, now, side="right")
+    # (counts by comparison, not binary searches: gathers are the expensive op in a vmapped loop)
+    idle = (s.n_run == 0) & (s.n_stk == 0) & (s.admit_ptr >= jnp.sum(arr_sorted <= s.now))
+    nxt = jnp.min(jnp.where(jnp.arange(N) >= s.admit_ptr, arr_sorted, jnp.inf))
+    now = jnp.where(idle & (s.admit_ptr < n_acc), nxt, s.now)
+    arrived = jnp.sum(arr_sorted <= now)
 
     # ---- running list, in order ----------------------------------------------------------------
     in_run = slot < s.n_run
     r = jnp.where(in_run, s.run, N)
-    prompt_r, gen_r, comp_r = prompt[r], s.gen[r], s.computed[r]
-    al_r = jnp.where(in_run, s.alloc[r], 0)
+    row_r = s.ri[r]
+    prompt_r, gen_r, comp_r = row_r[:, _PROMPT], row_r[:, _GEN], row_r[:, _COMP]
+    al_r = jnp.where(in_run, row_r[:, _ALLOC], 0)
     len_r = prompt_r + gen_r
     is_dec = in_run & (gen_r > 0) & (comp_r == len_r - 1)
     need_tok = jnp.where(in_run, jnp.where(is_dec, K + 1, len_r - comp_r), 0)
@@ -215,7 +213,7 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
     cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
     cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
-    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="scan_unrolled") - 1
+    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="compare_all" if S <= 64 else "sort") - 1
     t_fit = jnp.where(live, jnp.maximum(t_fit, 0), s.n_run)
     keep_upto = jax.lax.cummin(t_fit)
     keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
@@ -232,8 +230,9 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     c = jnp.where(from_stk, stk1[jnp.clip(n_stk1 - 1 - slot, 0, S - 1)], s.admit_ptr + (slot - n_stk1))
     c_ok = from_stk | (c < arrived)
     c = jnp.where(c_ok, c, N)
-    c_mat = c_ok & s.mat[c]
-    c_len = prompt[c] + s.gen[c]
+    row_c = s.ri[c]
+    c_mat = c_ok & ((row_c[:, _FLAGS] & _MAT) > 0)
+    c_len = row_c[:, _PROMPT] + row_c[:, _GEN]
     c_need = jnp.where(c_mat, K + 1, c_len)
     c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
     c_n = jnp.minimum(c_need, c_bud)
@@ -255,7 +254,8 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     req2 = jnp.where(slot < cut, r, jnp.where(is_new, c[k], N))
     sched2 = jnp.where(slot < cut, sched_run, is_new)
     dec2 = jnp.where(slot < cut, is_dec & sched_run, is_new & c_mat[k])
-    prompt2, gen2, out2 = prompt[req2], s.gen[req2], out[req2]
+    row2 = jnp.where((slot < cut)[:, None], row_r, row_c[k])
+    prompt2, gen2, out2 = row2[:, _PROMPT], row2[:, _GEN], row2[:, _OUT]
     len2 = prompt2 + gen2
     comp_before = jnp.where(slot < cut, comp_r, jnp.where(c_mat[k], len2 - 1, 0))
     n_comp = jnp.where(slot < cut, jnp.where(is_dec, 0, n_tok), jnp.where(c_mat[k], 0, c_n[k]))
@@ -316,7 +316,8 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
     alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, _blocks(prompt2 + gen3, bs)), alloc2)
     done = ready & (gen3 >= out2)
     alloc3 = jnp.where(done, 0, alloc3)
-    prev_first, prev_second, prev_last = s.first[req2], s.second[req2], s.last[req2]
+    rf2 = s.rf[req2]
+    prev_first, prev_second, prev_last = rf2[:, _FIRST], rf2[:, _SECOND], rf2[:, _LAST]
     seen = ~jnp.isnan(prev_first)
     gap = _opaque(jnp.where(ready & seen, end - prev_last, 0.0), zero)
     first3 = jnp.where(ready & ~seen, end, prev_first)
@@ -325,21 +326,19 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
 
     # slots [0, n_run3) stay scheduled; preempted slots lose their KV and are recomputed later
     pre = jnp.concatenate([pre1, pre2])
-    pre_req = jnp.where(pre, jnp.concatenate([r, req2]), N)
     live2 = in2 & ~pre2
-    idx = jnp.where(live2, req2, N)
-    gen = s.gen.at[idx].set(gen3)
-    computed = s.computed.at[idx].set(comp3).at[pre_req].set(0)
-    alloc = s.alloc.at[idx].set(alloc3).at[pre_req].set(0)
-    preempt = s.preempt.at[pre_req].add(1)
-    admits = s.admits.at[jnp.where(is_new, req2, N)].add(1)
-    mat = s.mat.at[jnp.where(is_new | pre2, req2, N)].set(False).at[pre_req].set(False)
-    first = s.first.at[idx].set(first3)
-    second = s.second.at[idx].set(second3)
-    last = s.last.at[idx].set(last3)
-    gap_sq = s.gap_sq.at[idx].add(_opaque(gap * gap, zero))
-    rounds = s.rounds.at[jnp.where(dready, req2, N)].add(1)
-    done_arr = s.done.at[jnp.where(done, req2, N)].set(True)
+    # new rows: scheduled slots (kept or preempted by the reservation), then running-loop preemptions
+    new2 = jnp.stack([
+        prompt2, out2, gen3, jnp.where(pre2, 0, comp3), jnp.where(pre2, 0, alloc3), row2[:, _ROUNDS] + dready,
+        row2[:, _PREEMPT] + pre2, row2[:, _ADMITS] + is_new,
+        jnp.where(is_new | pre2, row2[:, _FLAGS] & ~_MAT, row2[:, _FLAGS]) | jnp.where(done, _DONE, 0),
+    ], axis=1)
+    new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set(row_r[:, _FLAGS] & ~_MAT)
+    out_of_range = N + 1
+    idx_i = jnp.concatenate([jnp.where(in2, req2, out_of_range), jnp.where(pre1, r, out_of_range)])
+    ri = s.ri.at[idx_i].set(jnp.concatenate([new2, new1]), mode="drop")
+    gap_sq = rf2[:, _GAPSQ] + _opaque(gap * gap, zero)
+    rf = s.rf.at[jnp.where(live2, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
 
     keep = live2 & ~done
     pos = jnp.where(keep, jnp.cumsum(keep) - 1, S)
@@ -367,9 +366,8 @@ def _engine_pass(p: EngineParams, prompt, out, arr_sorted, n_acc, key, stochasti
 
     return _State(
         now=jnp.where(bad, now, end), passes=s.passes + 1, status=status, done_count=done_count,
-        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, gen=gen, computed=computed,
-        alloc=alloc, first=first, second=second, last=last, gap_sq=gap_sq, rounds=rounds, preempt=preempt,
-        admits=admits, done=done_arr, mat=mat, failed=failed, timeline=timeline,
+        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, ri=ri, rf=rf, failed=failed,
+        timeline=timeline,
     )
 
 
@@ -393,42 +391,42 @@ def replay(
     order = jnp.argsort(~acc, stable=True)
     n_acc = jnp.sum(acc).astype(jnp.int64)
     arr_sorted = jnp.where(acc[order], rq.arrival_ms[order], jnp.inf)
-    pad1 = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])
+    pad1 = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])  # noqa: E731
     prompt = pad1(rq.input_tokens[order].astype(jnp.int64), 0)
     room = jnp.maximum(p.max_model_len - prompt, 0)
     out = jnp.minimum(pad1(rq.output_tokens[order].astype(jnp.int64), 0), room)
     mat = pad1(rq.materialized[order] & acc[order], False)
     S = int(slots)
-    nan = jnp.full((N + 1,), jnp.nan)
     z64 = jnp.zeros((N + 1,), jnp.int64)
-    z32 = jnp.zeros((N + 1,), jnp.int32)
+    ri = jnp.stack([prompt, out, jnp.where(mat, 1, z64), jnp.where(mat, prompt, z64), z64, z64, z64, z64,
+                    jnp.where(mat, _MAT, 0).astype(jnp.int64)], axis=1)
+    rf = jnp.concatenate([jnp.full((N + 1, 3), jnp.nan), jnp.zeros((N + 1, 1))], axis=1)
     s0 = _State(
         now=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), status=jnp.asarray(RUNNING, jnp.int32),
         done_count=jnp.asarray(0, jnp.int64), n_run=jnp.asarray(0, jnp.int64), n_stk=jnp.asarray(0, jnp.int64),
         admit_ptr=jnp.asarray(0, jnp.int64), run=jnp.full((S,), N, jnp.int64), stk=jnp.full((S,), N, jnp.int64),
-        gen=jnp.where(mat, 1, z64), computed=jnp.where(mat, prompt, z64), alloc=z64, first=nan, second=nan, last=nan,
-        gap_sq=jnp.zeros((N + 1,)), rounds=z32, preempt=z32, admits=z32, done=jnp.zeros((N + 1,), bool), mat=mat,
-        failed=jnp.zeros((5,), jnp.int64), timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
+        ri=ri, rf=rf, failed=jnp.zeros((5,), jnp.int64), timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
     )
     s0 = eqx.tree_at(lambda s: s.status, s0, jnp.where(n_acc == 0, COMPLETED, RUNNING).astype(jnp.int32))
 
     def cond(s):
         return (s.status == RUNNING) & (s.passes < p.max_passes)
 
-    body = partial(_engine_pass, p, prompt, out, arr_sorted, n_acc, key, bool(stochastic))
+    body = partial(_engine_pass, p, arr_sorted, n_acc, key, bool(stochastic))
     s = jax.lax.while_loop(cond, body, s0)
     status = jnp.where(s.status == RUNNING, PASS_LIMIT, s.status).astype(jnp.int32)
 
     inv = jnp.zeros((N,), jnp.int64).at[order].set(jnp.arange(N))
-    terminal = jnp.where(s.done[:N], DONE, UNFINISHED)
+    terminal = jnp.where((s.ri[:N, _FLAGS] & _DONE) > 0, DONE, UNFINISHED)
     terminal = jnp.where(acc[order], terminal, REJECTED)[inv]
     terminal = jnp.where(rq.valid, terminal, REJECTED).astype(jnp.int32)
-    g = lambda a: a[:N][inv]
+    gi = lambda c: s.ri[:N, c][inv]  # noqa: E731
+    gf = lambda c: s.rf[:N, c][inv]  # noqa: E731
     return ReplayResult(
-        first_token_ms=g(s.first), second_token_ms=g(s.second), last_token_ms=g(s.last),
-        output_tokens=g(s.gen), decode_rounds=g(s.rounds), preemptions=g(s.preempt), admissions=g(s.admits),
-        token_gap_sq_ms2=g(s.gap_sq), terminal=terminal, status=status, num_passes=s.passes,
-        end_ms=jnp.nanmax(jnp.where(terminal == DONE, g(s.last), jnp.nan), initial=0.0),
+        first_token_ms=gf(_FIRST), second_token_ms=gf(_SECOND), last_token_ms=gf(_LAST),
+        output_tokens=gi(_GEN), decode_rounds=gi(_ROUNDS).astype(jnp.int32), preemptions=gi(_PREEMPT).astype(jnp.int32),
+        admissions=gi(_ADMITS).astype(jnp.int32), token_gap_sq_ms2=gf(_GAPSQ), terminal=terminal, status=status,
+        num_passes=s.passes, end_ms=jnp.nanmax(jnp.where(terminal == DONE, gf(_LAST), jnp.nan), initial=0.0),
         failed_query=s.failed, timeline=s.timeline,
     )
 
