@@ -22,7 +22,7 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
-    COMPLETED, DONE, EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay, slot_bucket, status_name,
+    COMPLETED, DONE, EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay_stack, slot_bucket, status_name,
 )
 from jaxsim.replay.traces import Trace, request_bucket
 
@@ -88,12 +88,7 @@ def unstack(tree, i: int):
     return jax.tree.map(lambda x: x[i], tree)
 
 
-def _replay_many(p, rq, keys, slots, stochastic, timeline_len):
-    one = lambda pp, r, k: replay(pp, r, k, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
-    return jax.vmap(one)(p, rq, keys)
-
-
-replay_many = jax.jit(_replay_many, static_argnames=("slots", "stochastic", "timeline_len"))
+replay_many = jax.jit(replay_stack, static_argnames=("slots", "stochastic", "timeline_len"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""

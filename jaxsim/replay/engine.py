@@ -183,9 +183,16 @@ def _push_stack(stk, n_stk, run_req, lo, hi, S):
     return stk.at[pos].set(run_req, mode="drop"), n_stk + (hi - lo)
 
 
+def _active(p: EngineParams, s: _State) -> Bool[Array, ""]:
+    return (s.status == RUNNING) & (s.passes < p.max_passes)
+
+
 def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _State) -> _State:
+    """One scheduler pass; a no-op once the replay is inactive (so a batch of replays can share one
+    loop without selecting whole states: the per-request matrices are only touched by scatters)."""
     S = s.run.shape[0]
     N = s.ri.shape[0] - 1
+    active = _active(p, s)
     slot = jnp.arange(S)
     B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
 
@@ -335,10 +342,10 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     ], axis=1)
     new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set(row_r[:, _FLAGS] & ~_MAT)
     out_of_range = N + 1
-    idx_i = jnp.concatenate([jnp.where(in2, req2, out_of_range), jnp.where(pre1, r, out_of_range)])
+    idx_i = jnp.concatenate([jnp.where(in2 & active, req2, out_of_range), jnp.where(pre1 & active, r, out_of_range)])
     ri = s.ri.at[idx_i].set(jnp.concatenate([new2, new1]), mode="drop")
     gap_sq = rf2[:, _GAPSQ] + _opaque(gap * gap, zero)
-    rf = s.rf.at[jnp.where(live2, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
+    rf = s.rf.at[jnp.where(live2 & active, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
 
     keep = live2 & ~done
     pos = jnp.where(keep, jnp.cumsum(keep) - 1, S)
@@ -362,13 +369,14 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
             dkv.astype(jnp.float64), jnp.sum(jnp.where(keep, alloc3, 0)).astype(jnp.float64),
             jnp.sum(pre).astype(jnp.float64),
         ])
-        timeline = timeline.at[s.passes].set(row, mode="drop")
+        timeline = timeline.at[jnp.where(active, s.passes, timeline.shape[0])].set(row, mode="drop")
 
-    return _State(
+    small = dict(
         now=jnp.where(bad, now, end), passes=s.passes + 1, status=status, done_count=done_count,
-        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, ri=ri, rf=rf, failed=failed,
-        timeline=timeline,
+        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, failed=failed,
     )
+    small = {k: jnp.where(active, v, getattr(s, k)) for k, v in small.items()}
+    return _State(ri=ri, rf=rf, timeline=timeline, **small)
 
 
 def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
@@ -377,15 +385,8 @@ def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
     return rq.valid & (rq.input_tokens < p.max_model_len) & (_blocks(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
 
 
-def replay(
-    p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
-) -> ReplayResult:
-    """Replay one trace on one worker configuration (pure; vmap over ``p``/``key`` at the call site).
-
-    Static: ``slots`` bounds ``max_num_seqs``; ``stochastic=False`` is allowed when every acceptance
-    rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
-    that many passes of per-pass records (0: none).
-    """
+def _prepare(p: EngineParams, rq: Requests, slots: int, timeline_len: int):
+    """Initial state plus the per-replay constants (accepted requests first, in arrival order)."""
     N = rq.arrival_ms.shape[0]
     acc = accepted_mask(p, rq)
     order = jnp.argsort(~acc, stable=True)
@@ -402,20 +403,19 @@ def replay(
                     jnp.where(mat, _MAT, 0).astype(jnp.int64)], axis=1)
     rf = jnp.concatenate([jnp.full((N + 1, 3), jnp.nan), jnp.zeros((N + 1, 1))], axis=1)
     s0 = _State(
-        now=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), status=jnp.asarray(RUNNING, jnp.int32),
+        now=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64),
+        status=jnp.where(n_acc == 0, COMPLETED, RUNNING).astype(jnp.int32),
         done_count=jnp.asarray(0, jnp.int64), n_run=jnp.asarray(0, jnp.int64), n_stk=jnp.asarray(0, jnp.int64),
         admit_ptr=jnp.asarray(0, jnp.int64), run=jnp.full((S,), N, jnp.int64), stk=jnp.full((S,), N, jnp.int64),
         ri=ri, rf=rf, failed=jnp.zeros((5,), jnp.int64), timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
     )
-    s0 = eqx.tree_at(lambda s: s.status, s0, jnp.where(n_acc == 0, COMPLETED, RUNNING).astype(jnp.int32))
+    return s0, (arr_sorted, n_acc, order, acc)
 
-    def cond(s):
-        return (s.status == RUNNING) & (s.passes < p.max_passes)
 
-    body = partial(_engine_pass, p, arr_sorted, n_acc, key, bool(stochastic))
-    s = jax.lax.while_loop(cond, body, s0)
+def _result(rq: Requests, s: _State, aux) -> ReplayResult:
+    N = rq.arrival_ms.shape[0]
+    _, _, order, acc = aux
     status = jnp.where(s.status == RUNNING, PASS_LIMIT, s.status).astype(jnp.int32)
-
     inv = jnp.zeros((N,), jnp.int64).at[order].set(jnp.arange(N))
     terminal = jnp.where((s.ri[:N, _FLAGS] & _DONE) > 0, DONE, UNFINISHED)
     terminal = jnp.where(acc[order], terminal, REJECTED)[inv]
@@ -429,6 +429,37 @@ def replay(
         num_passes=s.passes, end_ms=jnp.nanmax(jnp.where(terminal == DONE, gf(_LAST), jnp.nan), initial=0.0),
         failed_query=s.failed, timeline=s.timeline,
     )
+
+
+def replay(
+    p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
+) -> ReplayResult:
+    """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
+
+    Static: ``slots`` bounds ``max_num_seqs``; ``stochastic=False`` is allowed when every acceptance
+    rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
+    that many passes of per-pass records (0: none).
+    """
+    s0, aux = _prepare(p, rq, slots, timeline_len)
+    body = partial(_engine_pass, p, aux[0], aux[1], key, bool(stochastic))
+    s = jax.lax.while_loop(partial(_active, p), body, s0)
+    return _result(rq, s, aux)
+
+
+def replay_stack(
+    p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
+) -> ReplayResult:
+    """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
+    item by item to :func:`replay`. One loop runs while any item is active, over the vmapped pass
+    (a vmapped ``while_loop`` would select every item's whole state at every pass)."""
+    s0, aux = jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len))(p, rq)
+    step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s))
+
+    def cond(s):
+        return jnp.any(jax.vmap(_active)(p, s))
+
+    s = jax.lax.while_loop(cond, lambda s: step(p, aux[0], aux[1], keys, s), s0)
+    return jax.vmap(_result)(rq, s, aux)
 
 
 replay_jit = jax.jit(replay, static_argnames=("slots", "stochastic", "timeline_len"))
