@@ -329,6 +329,7 @@ REPLAY_TTFT = "ttft_ms"
 REPLAY_TPOT = "tpot_ms"
 REPLAY_E2E = "e2e_ms"
 REPLAY_TERMINAL = "terminal"  # "completed" | "unfinished" | "rejected"
+REPLAY_STATUS = "status"  # the replay's status text, repeated on each request row
 REPLAY_CONFIGS = ("config", "config_id", "config_index")
 
 
@@ -490,8 +491,17 @@ def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return v, np.arange(1, v.size + 1) / max(v.size, 1)
 
 
+def _replay_stop_note(cols: dict, sel: np.ndarray) -> str:
+    """The replay status of the selected rows when it is not a clean completion (else '')."""
+    if REPLAY_STATUS not in cols or not sel.any():
+        return ""
+    status = str(np.asarray(cols[REPLAY_STATUS])[np.flatnonzero(sel)[0]])
+    return "" if status == "completed" else status.replace("stopped: pass lookup unsupported:", "stopped outside support: ")
+
+
 def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None = None, max_series: int = 8) -> Path:
-    """Per-request TTFT / TPOT / E2E cumulative distributions (ms); one line per replayed config."""
+    """Per-request TTFT / TPOT / E2E cumulative distributions (ms) of the completed requests; one line
+    per replayed config (first ``max_series``). A replay that stopped outside measured support says so."""
     src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
     cols = read_columns(results)
     names = (REPLAY_TTFT, REPLAY_TPOT, REPLAY_E2E)
@@ -501,59 +511,83 @@ def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None
     else:
         done = np.isfinite(np.asarray(cols[REPLAY_E2E], dtype=np.float64))
     config_col = _first(cols, REPLAY_CONFIGS)
-    groups = np.asarray(cols[config_col]) if config_col else np.zeros(done.shape, np.int64)
-    keys = list(dict.fromkeys(groups.tolist()))
-    if len(keys) > max_series:
-        keys = keys[:max_series]
-    fig, axes = _figure(14.0, 4.6, 3)
+    groups = np.asarray(cols[config_col]).astype(str) if config_col else np.full(done.shape, "replay")
+    keys = list(dict.fromkeys(groups.tolist()))[:max_series]
+    if not done.any():
+        notes = sorted({_replay_stop_note(cols, groups == k) for k in keys} - {""})
+        raise QueryError(f"{src}: no completed requests to plot" + (f" ({'; '.join(notes)})" if notes else ""))
+    fig, axes = _figure(15.0, 4.8, 3)
     for ax, name, (_, text) in zip(axes, names, _CDF_METRICS):
         for key in keys:
-            sel = done & (groups == key)
+            mine = groups == key
+            sel = done & mine
             v, p = _ecdf(np.asarray(cols[name], dtype=np.float64)[sel])
             if v.size == 0:
                 continue
-            lab = f"config {key}: p50 {np.percentile(v, 50):.1f}, p99 {np.percentile(v, 99):.1f}" if len(keys) > 1 else f"p50 {np.percentile(v, 50):.1f} ms, p90 {np.percentile(v, 90):.1f} ms, p99 {np.percentile(v, 99):.1f} ms"
-            ax.step(v, p, where="post", lw=1.4, label=lab)
+            stats = f"p50 {np.percentile(v, 50):.1f}, p90 {np.percentile(v, 90):.1f}, p99 {np.percentile(v, 99):.1f} ms"
+            head = f"{key} ({int(sel.sum())}/{int(mine.sum())} done): " if len(keys) > 1 else ""
+            ax.step(v, p, where="post", lw=1.4, label=head + stats)
         ax.set_xlabel(text)
         ax.set_ylabel("fraction of completed requests")
         ax.set_ylim(0, 1.01)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=6 if len(keys) > 1 else 7, loc="lower right")
     n_done = int(done.sum())
-    fig.suptitle(title or f"Latency distributions over {n_done} completed requests ({done.size - n_done} not completed)", fontsize=10)
+    notes = sorted({_replay_stop_note(cols, groups == k) for k in keys} - {""})
+    stop = f"\nreplay stopped early — {notes[0]}" if len(notes) == 1 else (f"\n{len(notes)} replays stopped early" if notes else "")
+    fig.suptitle(title or f"Latency distributions over {n_done} completed requests ({done.size - n_done} not completed){stop}", fontsize=10)
     return _save(fig, path)
 
 
-def plot_kv_timeline(timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None) -> Path:
+def _series(cols: dict) -> list[tuple[str, np.ndarray]]:
+    """(label, row mask) per replayed config / worker of a timeline table."""
+    n = np.asarray(cols["end_ms"]).shape[0]
+    key = np.full(n, "", dtype=object)
+    for c in ("config", "seed", "worker"):
+        if c in cols and np.unique(np.asarray(cols[c])).size > 1:
+            key = key + np.array([f"{c} {v} " for v in np.asarray(cols[c])], dtype=object)
+    return [(str(k).strip() or "replay", key == k) for k in dict.fromkeys(key.tolist())]
+
+
+def plot_kv_timeline(timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None, max_series: int = 6) -> Path:
     """KV-cache blocks in use and running / waiting requests over simulated time, from a replay timeline
-    (``jaxsim.replay.metrics.timeline_table``)."""
+    (``jaxsim.replay.metrics.timeline_table`` or ``jaxsim replay --timeline``); one line per config/worker."""
     src = str(timeline) if isinstance(timeline, (str, os.PathLike)) else "timeline"
     cols = read_columns(timeline)
     _need(cols, ("end_ms", "kv_blocks_used", "running", "waiting"), "replay timeline", src)
-    t = np.asarray(cols["end_ms"], dtype=np.float64) / 1000.0
-    fig, axes = _figure(11.0, 4.6, 2)
-    ax = axes[0]
-    used = np.asarray(cols["kv_blocks_used"], dtype=np.float64)
-    if num_gpu_blocks:
-        ax.step(t, 100.0 * used / num_gpu_blocks, where="post", lw=1.0, color="#08519c")
+    series = _series(cols)[:max_series]
+    peak = float(np.max(np.asarray(cols["kv_blocks_used"], dtype=np.float64), initial=0.0))
+    percent = bool(num_gpu_blocks) and peak >= 0.05 * num_gpu_blocks  # a nearly empty pool reads better in blocks
+    fig, axes = _figure(12.0, 4.8, 2)
+    ax, ax2 = axes
+    passes = 0
+    for label, m in series:
+        t = np.asarray(cols["end_ms"], dtype=np.float64)[m] / 1000.0
+        used = np.asarray(cols["kv_blocks_used"], dtype=np.float64)[m]
+        passes += t.size
+        tag = "" if len(series) == 1 else f"{label}: "
+        ax.step(t, 100.0 * used / num_gpu_blocks if percent else used, where="post", lw=1.0, label=label)
+        ax2.step(t, np.asarray(cols["running"])[m], where="post", lw=1.0, label=f"{tag}running (admitted)")
+        ax2.step(t, np.asarray(cols["waiting"])[m], where="post", lw=1.0, ls="--", label=f"{tag}waiting (queued)")
+        if "preemptions" in cols:
+            pre = np.asarray(cols["preemptions"])[m] > 0
+            if pre.any():
+                ax2.plot(t[pre], np.asarray(cols["running"])[m][pre], "x", color="#cb181d", ms=4, label=f"{tag}pass with a preemption")
+    if percent:
         ax.set_ylabel(f"KV pool in use (% of {num_gpu_blocks:,} blocks)")
         ax.set_ylim(0, 105)
     else:
-        ax.step(t, used, where="post", lw=1.0, color="#08519c")
-        ax.set_ylabel("KV blocks in use")
+        ax.set_ylabel("KV blocks in use" + (f" (pool: {num_gpu_blocks:,} blocks)" if num_gpu_blocks else ""))
+        ax.set_ylim(bottom=0)
     ax.set_xlabel("simulated time (s)")
     ax.set_title("KV cache use after each scheduler pass", fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax2 = axes[1]
-    ax2.step(t, cols["running"], where="post", lw=1.0, label="running (admitted)")
-    ax2.step(t, cols["waiting"], where="post", lw=1.0, label="waiting (queued)")
-    if "preemptions" in cols and np.sum(cols["preemptions"]) > 0:
-        pre = np.asarray(cols["preemptions"]) > 0
-        ax2.plot(t[pre], np.asarray(cols["running"])[pre], "x", color="#cb181d", ms=4, label="pass with a preemption")
+    if len(series) > 1:
+        ax.legend(fontsize=7)
     ax2.set_xlabel("simulated time (s)")
     ax2.set_ylabel("requests")
     ax2.set_title("Requests running and waiting", fontsize=9)
     ax2.grid(True, alpha=0.3)
     ax2.legend(fontsize=7)
-    fig.suptitle(title or f"Replay timeline over {t.size} scheduler passes", fontsize=10)
+    fig.suptitle(title or f"Replay timeline over {passes} scheduler passes", fontsize=10)
     return _save(fig, path)

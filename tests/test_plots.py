@@ -197,8 +197,21 @@ def test_kv_timeline(tmp_path):
     }
     assert_png(plots.plot_kv_timeline(timeline, tmp_path / "tl.png", num_gpu_blocks=int(running.max() * 40)))
     assert_png(plots.plot_kv_timeline(timeline, tmp_path / "tl2.png"))
+    two = {k: np.concatenate([v, v]) for k, v in timeline.items()}
+    two["config"] = np.repeat(["a", "b"], n)
+    assert [label for label, _ in plots._series(two)] == ["config a", "config b"]
+    assert_png(plots.plot_kv_timeline(two, tmp_path / "tl4.png"))
     with pytest.raises(QueryError, match="replay timeline"):
         plots.plot_kv_timeline(sweep_columns(), tmp_path / "tl3.png")
+
+
+def test_cdf_of_a_replay_without_completed_requests_is_refused(tmp_path):
+    cols = replay_columns(n=20)
+    cols[plots.REPLAY_TERMINAL] = np.full(20, "unfinished")
+    cols[plots.REPLAY_STATUS] = np.full(20, "stopped: pass lookup unsupported:prefill_batch_not_measured")
+    with pytest.raises(QueryError, match="no completed requests to plot .stopped outside support: prefill_batch_not_measured"):
+        plots.plot_latency_cdf(cols, tmp_path / "cdf.png")
+    assert not (tmp_path / "cdf.png").exists()
 
 
 def test_result_figures_reject_wrong_tables(tmp_path):
@@ -262,6 +275,12 @@ def test_cli_result_plots(tmp_path, app):
     r = runner.invoke(app, ["plot", "cdf", str(tmp_path / "replay.parquet"), "-o", str(tmp_path / "cdf.png")])
     assert r.exit_code == 0, r.output
     assert_png(tmp_path / "cdf.png")
+    n = 50
+    pq.write_table(pa.table({"end_ms": np.arange(n) * 10.0, "kv_blocks_used": np.arange(n) % 7 * 9, "running": np.arange(n) % 7,
+                             "waiting": np.arange(n) % 3}), tmp_path / "tl.parquet")
+    r = runner.invoke(app, ["plot", "timeline", str(tmp_path / "tl.parquet"), "--num-gpu-blocks", "60", "-o", str(tmp_path / "tl.png")])
+    assert r.exit_code == 0, r.output
+    assert_png(tmp_path / "tl.png")
     r = runner.invoke(app, ["plot", "pareto", str(tmp_path / "sweep.parquet"), "-o", str(tmp_path / "p.png")])
     assert r.exit_code == 0, r.output
     assert_png(tmp_path / "p.png")

@@ -9,7 +9,7 @@ import typer
 
 from jaxsim.cli.common import guarded, refuse_overwrite
 
-PLOT_HELP = """Draw PNG figures: decode curves, support maps, prefill surfaces, Pareto frontiers, latency CDFs.
+PLOT_HELP = """Draw PNG figures: decode curves, support maps, prefill surfaces, Pareto frontiers, latency CDFs, KV timelines.
 
 Needs the plot extra: pip install 'jaxsim\\[plot]'. Existing files are never overwritten without --force.
 
@@ -67,6 +67,17 @@ Example:
   jaxsim replay configs/deployment_speculative.toml --trace azure_code_1k --output replay.parquet
 
   jaxsim plot cdf replay.parquet --output cdf.png
+"""
+
+TIMELINE_HELP = """KV use over time of a replay: KV blocks in use and requests running / waiting after each pass.
+
+Reads the per-pass table that jaxsim replay --timeline writes next to its output.
+
+Example:
+
+  jaxsim replay configs/deployment_speculative.toml --trace azure_conv_1k --timeline --output replay.parquet
+
+  jaxsim plot timeline replay.timeline.parquet --output kv.png
 """
 
 
@@ -193,3 +204,18 @@ def register(app: typer.Typer) -> None:
         check_png_path(output)
         refuse_overwrite(output, force)
         _done(plot_latency_cdf(results, output), quiet)
+
+    @plot_app.command("timeline", help=TIMELINE_HELP)
+    @guarded
+    def timeline_cmd(
+        timeline: Path = typer.Argument(..., help="Replay timeline (.parquet or .csv) written by jaxsim replay --timeline."),
+        output: Path = _output_option(),
+        num_gpu_blocks: Optional[int] = typer.Option(None, help="KV pool size in blocks: draw use as a percentage of it."),
+        force: bool = _force_option(),
+        quiet: bool = _QUIET,
+    ) -> None:
+        from jaxsim.plots import check_png_path, plot_kv_timeline
+
+        check_png_path(output)
+        refuse_overwrite(output, force)
+        _done(plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks), quiet)
