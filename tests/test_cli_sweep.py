@@ -49,7 +49,13 @@ def test_default_output_never_clobbers(spec, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "golden.results.parquet").exists()
     before = (tmp_path / "golden.results.parquet").read_bytes()
-    r = runner.invoke(app, ["sweep", str(spec)])
+    # a rerun of the same command writes the next free name and leaves the first result untouched
+    r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+    assert (tmp_path / "golden.results.1.parquet").read_bytes() == before  # deterministic bytes
+    # an explicit existing output is refused without --force
+    r = runner.invoke(app, ["sweep", str(spec), "-o", "golden.results.parquet"])
     assert r.exit_code == 2 and "golden.results.parquet: exists" in r.output
     assert (tmp_path / "golden.results.parquet").read_bytes() == before
 

@@ -130,6 +130,16 @@ def _json(res, plot: Optional[Path]) -> str:
     return json.dumps(out, indent=1, default=str)
 
 
+def _free_default(stem: str, force: bool) -> Path:
+    """``<stem>.results.parquet``, or the first free ``<stem>.results.N.parquet`` (never overwrite)."""
+    out = Path(f"{stem}.results.parquet")
+    n = 1
+    while out.exists() and not force:
+        out = Path(f"{stem}.results.{n}.parquet")
+        n += 1
+    return out
+
+
 def register(app: typer.Typer) -> None:
     """Add ``jaxsim sweep``."""
 
@@ -137,7 +147,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def sweep(
         spec: Path = typer.Argument(..., help="Sweep spec (TOML), e.g. configs/quickstart.toml.", exists=False),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet]."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet, or .results.N.parquet when that exists]."),
         csv: bool = typer.Option(False, "--csv", help="Also write the results as CSV next to the parquet file."),
         top: int = typer.Option(5, "--top", help="Rows per workload in the top table (SLA-feasible, by tokens/s per GPU)."),
         plot: Optional[Path] = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
@@ -163,7 +173,7 @@ def register(app: typer.Typer) -> None:
         if not spec.is_file():
             fail(f"{spec}: no such sweep spec")
         s = load_spec(spec)
-        out = output or Path(f"{spec.stem}.results.parquet")
+        out = output or _free_default(spec.stem, force)
         if out.suffix.lower() != ".parquet":
             fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
         refuse_overwrite(out, force)
