@@ -180,21 +180,22 @@ def _pool(table, **kw):
 def test_replicas_route_round_robin():
     trace = make_trace("r", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [100, 120, 90, 110, 80, 60], [9, 7, 12, 5, 8, 6])
     rates = pad_rates(np.array([1.0, 1.0, 0.0]))
-    two = run_replays([ReplayConfig("two", 3, rates, aggregated=_pool("sd_k3", replicas=2))], trace)[0]
-    one = ReplayConfig("one", 3, rates, aggregated=_pool("sd_k3"))
+    pool = _pool("sd_k3", replicas=2)
+    two = run_replays([ReplayConfig("two", 3, rates, aggregated=pool)], trace)[0]
     for r, idx in enumerate((np.arange(0, 6, 2), np.arange(1, 6, 2))):
         sub = make_trace("s", trace.arrival_ms[idx], trace.input_tokens[idx], trace.output_tokens[idx], rebase=False)
-        alone = run_replays([one], sub)[0]
-        np.testing.assert_array_equal(two.requests["ttft_ms"][idx], alone.requests["ttft_ms"])
-        np.testing.assert_array_equal(two.requests["e2e_ms"][idx], alone.requests["e2e_ms"])
+        alone = _run(pool.params(3, rates, 100_000), sub)
+        np.testing.assert_array_equal(two.requests["first_token_ms"][idx], alone.first_token_ms[: idx.size])
+        np.testing.assert_array_equal(two.requests["last_token_ms"][idx], alone.last_token_ms[: idx.size])
     assert two.status == COMPLETED and two.summary["completed_requests"] == 6
 
 
 def test_disaggregated_ttft_is_prefill_plus_transfer_plus_first_round():
     rates = pad_rates(np.array([1.0, 1.0, 0.0]))
     bpt, link = 147456, 25e9
-    cfg = ReplayConfig("pd", 3, rates, prefill=_pool("sd_k3"), decode=_pool("sd_k3"), kv_bytes_per_token=bpt,
-                       kv_transfer_bytes_per_s=link)
+    # two replicas per pool (one idle): the same compiled batch shape as the replica test
+    cfg = ReplayConfig("pd", 3, rates, prefill=_pool("sd_k3", replicas=2), decode=_pool("sd_k3", replicas=2),
+                       kv_bytes_per_token=bpt, kv_transfer_bytes_per_s=link)
     isl, osl = 300, 10
     out = run_replays([cfg], make_trace("one", [0.0], [isl], [osl]))[0]
     assert out.status == COMPLETED
@@ -207,5 +208,43 @@ def test_disaggregated_ttft_is_prefill_plus_transfer_plus_first_round():
     assert out.requests["generated_tokens"][0] == osl
     # the prefill token rides with the first round's burst: ceil((osl - 1) / 3) rounds on the decode worker
     assert out.requests["decode_rounds"][0] == math.ceil((osl - 1) / 3)
-    agg = run_replays([ReplayConfig("agg", 3, rates, aggregated=_pool("sd_k3"))], make_trace("one", [0.0], [isl], [osl]))[0]
+    agg = run_replays([ReplayConfig("agg", 3, rates, aggregated=_pool("sd_k3", replicas=2))], make_trace("one", [0.0], [isl], [osl]))[0]
     assert agg.requests["ttft_ms"][0] == pytest.approx(p, rel=1e-12)
+
+
+@pytest.mark.parametrize("table,accepted", [("ar_core", 0), ("sd_k3", 2)])
+def test_closed_loop_agrees_with_sweep_steady_state(table, accepted):
+    """A closed loop at fixed concurrency C (all requests queued, max_num_seqs = C, the first cohort's
+    outputs staggered so completions interleave) against the sweep's steady-state model: TPOT and
+    output throughput within 5 % (SD rounds agree to ~0.1 %; AR differs by the sweep's mixed-pass
+    baseline subtraction, which the reference's replay does not apply)."""
+    from jaxsim.sweep import evaluate as ev
+
+    k, c, isl, osl, n = TABLE_K[table], 4, 200, 121, 16
+    rates = pad_rates(np.array([1.0] * accepted + [0.0] * (k - accepted)))
+    i64 = np.int64
+    cfg = ev.ConfigInputs(
+        prefill_workers=i64(0), decode_workers=i64(1), prefill_gpus=i64(1), decode_gpus=i64(1), nextn=i64(k),
+        acceptance_id=i64(0), max_num_seqs=i64(c), max_num_batched_tokens=i64(4096), prefill_max_num_batched_tokens=i64(4096),
+        kv_blocks=i64(4000), prefill_kv_blocks=i64(4000), block_size=i64(16), max_model_len=i64(32768), kv_bytes_per_token=i64(0),
+        kv_transfer_bytes_per_s=np.float64(1.0), concurrency=i64(c), isl=np.array([isl]), osl=np.array([osl]), weight=np.array([1.0]),
+    )
+    t = padded_tables()[table]  # one shape for both tables: one compilation of the sweep model
+    rounds = ev.expected_rounds_table(np.asarray(rates[None]), np.array([k]), 256)
+    m = jax.jit(ev.evaluate_config)(t, t, np.bool_(k > 0), np.bool_(k > 0), np.bool_(False), rounds, ev.Sla.make(), cfg)
+    outs = np.full(n, osl)
+    outs[:c] = [osl * (j + 1) // c for j in range(c)]
+    trace = make_trace("closed", np.zeros(n), np.full(n, isl), outs)
+    p = make_params(padded_tables()[table], max_num_batched_tokens=4096, max_num_seqs=c, block_size=16, num_gpu_blocks=4000,
+                    num_draft_tokens=k, accept_rates=rates, max_model_len=32768)
+    res = _run(p, trace)
+    req = metrics.per_request(res, trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
+    last = req["last_token_ms"]
+    window = np.sort(last)
+    t0, t1 = window[2 * c], window[n - c]
+    done = (last > t0) & (last <= t1)
+    throughput = req["generated_tokens"][done].sum() / ((t1 - t0) / 1000.0)
+    tpot = np.mean(req["tpot_ms"][2 * c: n - c])
+    assert int(res.status) == COMPLETED and int(m.status) < 16
+    assert abs(tpot - float(m.tpot_ms)) <= 0.05 * float(m.tpot_ms)
+    assert abs(throughput - float(m.output_tokens_per_s_per_gpu)) <= 0.05 * float(m.output_tokens_per_s_per_gpu)

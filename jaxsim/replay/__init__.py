@@ -1,5 +1,29 @@
-"""Trace replay: request traces, the JAX scheduler engine, metrics and batched replays."""
+"""Trace replay: request traces, the JAX scheduler engine, metrics and batched replays.
 
+Typical use::
+
+    from jaxsim.binding import bind
+    from jaxsim.config import load_config
+    from jaxsim.replay import config_from_binding, load_trace, run_replays
+
+    cfg = config_from_binding(bind(load_config("configs/deployment_speculative.toml")))
+    [outcome] = run_replays([cfg], load_trace("azure_code_1k", max_requests=200))
+    outcome.summary["p99_ttft_ms"], outcome.status_text
+"""
+
+from jaxsim.replay.batch import (
+    ReplayConfig, ReplayOutcome, WorkerPool, common_tables, config_from_binding, replay_batch, replay_many, run_replays,
+    stack_params,
+)
+from jaxsim.replay.engine import (
+    EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay, replay_jit, replay_stack, status_name,
+)
+from jaxsim.replay.metrics import SLA, aggregate, per_request, timeline_table
 from jaxsim.replay.traces import Trace, gamma_trace, list_traces, load_trace, make_trace, poisson_trace
 
-__all__ = ["Trace", "gamma_trace", "list_traces", "load_trace", "make_trace", "poisson_trace"]
+__all__ = [
+    "EngineParams", "ReplayConfig", "ReplayOutcome", "ReplayResult", "Requests", "SLA", "Trace", "WorkerPool",
+    "aggregate", "common_tables", "config_from_binding", "gamma_trace", "is_stochastic", "list_traces", "load_trace",
+    "make_params", "make_trace", "per_request", "poisson_trace", "replay", "replay_batch", "replay_jit", "replay_many",
+    "replay_stack", "run_replays", "stack_params", "status_name", "timeline_table",
+]

@@ -346,17 +346,21 @@ def run_replays(
     seeds: Sequence[int] = (0,),
     *,
     timeline: bool = False,
-    timeline_len: int = 4096,
+    timeline_len: int | None = None,
     chunk: int | None = 256,
     sla: metrics.SLA | None = None,
     progress=None,
 ) -> list[ReplayOutcome]:
     """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
 
-    ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished.
+    ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
+    ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
+    trace's output tokens plus four passes per request, at most 2**18).
     """
     arrival, inp, out = trace.arrival_ms, trace.input_tokens, trace.output_tokens
     n = len(trace)
+    if timeline_len is None:
+        timeline_len = min(request_bucket(int(out.sum()) + 4 * len(trace)), 1 << 18)
     tl = int(timeline_len) if timeline else 0
     mp = _max_passes(trace)
     jobs = [(c, int(s)) for c in configs for s in seeds]
