@@ -150,3 +150,19 @@ osl = 10
     gold = CASE["result"]["per_request"]
     got = sorted(t["e2e_ms"][i] for i in a2)
     assert got == pytest.approx(sorted(g["e2e_latency_ms"] for g in gold), rel=1e-12)
+
+
+def test_cli_reports_a_replay_stopped_outside_support(golden_setup, tmp_path):
+    """A decode round below the smallest measured KV stops the replay with an explicit status (no guess)."""
+    cfg, _ = golden_setup
+    trace = tmp_path / "short.csv"
+    trace.write_text("arrival_ms,input_length,output_length\n0,10,4\n")
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json"])
+    assert r.exit_code == 0
+    rep = json.loads(r.stdout)["replays"][0]
+    assert rep["status"] == "stopped: pass lookup unsupported:kv_outside_measured_range"
+    assert rep["stopped_at"] == "decode(batch=1, kv=10)"
+    assert "warning: 1 of 1 replays did not complete" in r.stderr
+    t = pq.read_table(out).to_pydict()
+    assert set(t["terminal"]) == {"unfinished"}

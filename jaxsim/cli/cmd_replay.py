@@ -206,6 +206,12 @@ def register(app: typer.Typer) -> None:
             import pyarrow.parquet as pq
 
             pq.write_table(_timeline_table(outcomes), tl_path, compression="zstd")
+        stopped = [s for s in summaries if s["status"] != "completed"]
+        if stopped:
+            first = stopped[0]
+            where = f" at {first['stopped_at']}" if first["stopped_at"] else ""
+            typer.echo(f"warning: {len(stopped)} of {len(summaries)} replays did not complete "
+                       f"(first: {first['config']} seed {first['seed']}: {first['status']}{where})", err=True)
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "replays": summaries}, indent=1))
         else:
