@@ -48,11 +48,18 @@ _UNSUPPORTED_COLOURS = {
 STATUS_COLOURS = {**_ANSWERED_COLOURS, **_UNSUPPORTED_COLOURS}
 
 
-def _figure(width: float = 8.0, height: float = 5.0, ncols: int = 1):
+def require_matplotlib() -> None:
+    """Raise the one-line install hint when matplotlib is missing (call before any expensive work)."""
     try:
-        from matplotlib.figure import Figure
+        import matplotlib.figure  # noqa: F401
     except ImportError:
         raise JaxsimError(MISSING_MATPLOTLIB) from None
+
+
+def _figure(width: float = 8.0, height: float = 5.0, ncols: int = 1):
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, axes

@@ -233,6 +233,12 @@ def test_missing_matplotlib_is_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(JaxsimError) as info:
         plots.plot_pareto(sweep_columns(), tmp_path / "x.png")
     assert str(info.value) == "matplotlib is not installed: pip install 'jaxsim[plot]'"
+    from jaxsim.cli.main import app
+
+    r = CliRunner().invoke(app, ["plot", "curves", str(AR), "--output", str(tmp_path / "c.png")])
+    assert r.exit_code == 2
+    assert r.output.strip() == "error: matplotlib is not installed: pip install 'jaxsim[plot]'"
+    assert not list(tmp_path.iterdir())
 
 
 # --- CLI -------------------------------------------------------------------------------------------

@@ -124,9 +124,10 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_decode_curves
+        from jaxsim.plots import check_png_path, load_view, plot_decode_curves, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
         _done(plot_decode_curves(view, output), quiet)
@@ -146,9 +147,10 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_support_map
+        from jaxsim.plots import check_png_path, load_view, plot_support_map, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
         _done(plot_support_map(view, output), quiet)
@@ -169,9 +171,10 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_prefill_surface
+        from jaxsim.plots import check_png_path, load_view, plot_prefill_surface, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
         _done(plot_prefill_surface(view, output, batch=batch), quiet)
@@ -185,9 +188,10 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_pareto
+        from jaxsim.plots import check_png_path, plot_pareto, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         _done(plot_pareto(results, output, workload=workload), quiet)
 
@@ -199,9 +203,10 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_latency_cdf
+        from jaxsim.plots import check_png_path, plot_latency_cdf, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         _done(plot_latency_cdf(results, output), quiet)
 
@@ -214,8 +219,9 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_kv_timeline
+        from jaxsim.plots import check_png_path, plot_kv_timeline, require_matplotlib
 
         check_png_path(output)
+        require_matplotlib()
         refuse_overwrite(output, force)
         _done(plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks), quiet)
