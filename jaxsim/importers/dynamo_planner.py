@@ -139,7 +139,7 @@ def read_planner_dir(directory: str | os.PathLike) -> PlannerData:
     if yaml.is_file():
         m = re.search(r"--model[ =]([^\s\"']+)", yaml.read_text(encoding="utf-8"))
         model = m.group(1) if m else None
-    return PlannerData(f"{d} ({source})", digest.hexdigest(), isl, ttft, usage, ctx.astype(np.int64), itl, max_kv, model)
+    return PlannerData(f"{Path(d).name} ({source})", digest.hexdigest(), isl, ttft, usage, ctx.astype(np.int64), itl, max_kv, model)
 
 
 def power_of_two_grid(max_batch: int) -> np.ndarray:
