@@ -20,15 +20,19 @@ import platform
 import time
 import types
 
-import jax
-import numpy as np
+from jaxsim.devices import use_all_cpu_cores
 
-import jaxsim  # noqa: F401  (x64)
-from jaxsim.kernels.acceptance import pad_rates
-from jaxsim.kernels.rounds import compile_round_table
-from jaxsim.replay.batch import replay_batch
-from jaxsim.replay.engine import COMPLETED, make_params, slot_bucket
-from jaxsim.replay.traces import load_trace
+use_all_cpu_cores()  # one host device per core: the configuration axis is split over them
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxsim  # noqa: E402,F401  (x64)
+from jaxsim.kernels.acceptance import pad_rates  # noqa: E402
+from jaxsim.kernels.rounds import compile_round_table  # noqa: E402
+from jaxsim.replay.batch import replay_batch  # noqa: E402
+from jaxsim.replay.engine import COMPLETED, make_params, slot_bucket  # noqa: E402
+from jaxsim.replay.traces import load_trace  # noqa: E402
 
 MAX_SEQS = 64
 
@@ -94,7 +98,7 @@ def main() -> None:
     trace = load_trace(args.trace, time_scale=args.time_scale)
     rq = trace.requests()
     report = {
-        "device": str(jax.devices()[0]), "platform": platform.platform(), "trace": trace.name,
+        "device": f"{len(jax.devices())} x {jax.devices()[0].platform}", "platform": platform.platform(), "trace": trace.name,
         "requests": len(trace), "time_scale": args.time_scale, "table_build_s": round(build_s, 2), "runs": [],
     }
     print(f"device {report['device']}; trace {trace.name}: {len(trace)} requests, arrivals x{args.time_scale}")

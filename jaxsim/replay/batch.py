@@ -94,6 +94,19 @@ replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) item
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
 
 
+def _place(*trees):
+    """Split the leading (item) axis over the local devices when it divides evenly (every CPU core
+    when :func:`jaxsim.devices.use_all_cpu_cores` was called first); otherwise leave as is."""
+    devices = jax.local_devices()
+    n = jax.tree.leaves(trees[0])[0].shape[0]
+    if len(devices) < 2 or n % len(devices):
+        return trees
+    from jaxsim.devices import batch_sharding
+
+    sh = batch_sharding()
+    return tuple(jax.tree.map(lambda x: jax.device_put(x, sh), t) for t in trees)
+
+
 def stack_requests(requests: Sequence[Requests]) -> Requests:
     """Stack padded traces of one size along a leading axis."""
     return jax.tree.map(lambda *xs: jnp.stack(xs), *requests)
@@ -132,10 +145,8 @@ def replay_batch(
     for lo in range(0, n, size):
         idx = np.arange(lo, lo + size) % n
         rq = jax.tree.map(lambda x: jnp.broadcast_to(x, (size,) + x.shape), requests)
-        part = replay_many(
-            jax.tree.map(lambda x: x[idx], stacked), rq, keys[idx], slots=slots, stochastic=stochastic,
-            timeline_len=timeline_len,
-        )
+        pp, rq, kk = _place(jax.tree.map(lambda x: x[idx], stacked), rq, keys[idx])
+        part = replay_many(pp, rq, kk, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
         outs.append(jax.tree.map(lambda x: x[: min(size, n - lo)], part))
     return outs[0] if len(outs) == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
 
@@ -277,10 +288,8 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None) ->
         keys = jnp.stack([items[i][2] for i in idx])
         for lo in range(0, len(idx), size):
             sel = np.arange(lo, lo + size) % len(idx)
-            part = replay_many(
-                jax.tree.map(lambda x: x[sel], stacked), jax.tree.map(lambda x: x[sel], rqs), keys[sel],
-                slots=slots, stochastic=stochastic, timeline_len=timeline_len,
-            )
+            pp, rr, kk = _place(jax.tree.map(lambda x: x[sel], stacked), jax.tree.map(lambda x: x[sel], rqs), keys[sel])
+            part = replay_many(pp, rr, kk, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
             part = jax.tree.map(np.asarray, part)
             for j in range(min(size, len(idx) - lo)):
                 out[idx[lo + j]] = unstack(part, j)
