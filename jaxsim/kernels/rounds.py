@@ -22,6 +22,26 @@ _CODE_SHIFT = 24
 _LO_MASK = 0xFFF
 
 
+# Fill value of every RoundTable array when padded: padding never changes a lookup (pad grid points are
+# int64 max, pad rows/pieces are unsupported, pad batches unmeasured).
+PAD_FILL: dict[str, object] = {
+    "kv_grid": _I64_MAX,
+    "n_kv": 0,
+    "row_of_batch": 0,
+    "packed": np.int32(st.BATCH_OUT_OF_RANGE << _CODE_SHIFT),
+    "curve_batch": 0,
+    "seg": 0.0,
+    "curve_base_ms": 0.0,
+    "pre_batch_index": -1,
+    "pre_tok_grid": _I64_MAX,
+    "pre_n_tok": 0,
+    "pre_kv_grid": _I64_MAX,
+    "pre_n_kv": 0,
+    "pre_coef": 0.0,
+    "pre_code": st.PREFILL_NO_SUPPORT,
+}
+
+
 def _pad(a: np.ndarray, shape: tuple[int, ...], fill) -> np.ndarray:
     out = np.full(shape, fill, dtype=a.dtype)
     out[tuple(slice(0, n) for n in a.shape)] = a
@@ -73,25 +93,60 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
     pt = _bucket(pre.tok_grid.shape[1], 4)
     pk = _bucket(pre.kv_grid.shape[1], 4)
     bp = _bucket(pre.batch_index.size, 64)
-    unsupported = np.int32(st.BATCH_OUT_OF_RANGE << _CODE_SHIFT)
+    parts = {
+        "kv_grid": (dec.kv_grid, (m,)),
+        "n_kv": (np.int32(dec.kv_grid.size), ()),
+        "row_of_batch": (dec.row_of_batch, (b,)),
+        "packed": (dec.packed, (u, 2 * m - 1)),
+        "curve_batch": (dec.curve_batch, (c,)),
+        "seg": (dec.seg, (c, m, 2)),
+        "curve_base_ms": (dec.curve_base_ms, (c,)),
+        "pre_batch_index": (pre.batch_index, (bp,)),
+        "pre_tok_grid": (pre.tok_grid, (nb, pt)),
+        "pre_n_tok": (pre.n_tok, (nb,)),
+        "pre_kv_grid": (pre.kv_grid, (nb, pk)),
+        "pre_n_kv": (pre.n_kv, (nb,)),
+        "pre_coef": (pre.coef, (nb, 2 * pt - 1, 2 * pk - 1, 4)),
+        "pre_code": (pre.code, (nb, 2 * pt - 1, 2 * pk - 1)),
+    }
+    arrays = {k: jnp.asarray(_pad(np.asarray(a), shape, PAD_FILL[k])) for k, (a, shape) in parts.items()}
+    return RoundTable(**arrays, speculative=bool(speculative), num_draft_tokens=int(num_draft_tokens))
+
+
+def table_shapes(t: RoundTable) -> dict[str, tuple[int, ...]]:
+    """Shape of every array of a compiled table."""
+    return {f: tuple(np.shape(getattr(t, f))) for f in PAD_FILL}
+
+
+def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]], *, speculative: bool | None = None, num_draft_tokens: int | None = None) -> RoundTable:
+    """``t`` with every array padded (at the end of each axis) to ``shapes``; lookups are unchanged."""
+    arrays = {}
+    for f, fill in PAD_FILL.items():
+        a = np.asarray(getattr(t, f))
+        target = tuple(shapes[f])
+        if any(n < m for n, m in zip(target, a.shape)):
+            raise ValueError(f"cannot pad RoundTable.{f} of shape {a.shape} down to {target}")
+        arrays[f] = jnp.asarray(_pad(a, target, fill))
     return RoundTable(
-        kv_grid=jnp.asarray(_pad(dec.kv_grid, (m,), _I64_MAX)),
-        n_kv=jnp.asarray(np.int32(dec.kv_grid.size)),
-        row_of_batch=jnp.asarray(_pad(dec.row_of_batch, (b,), 0)),
-        packed=jnp.asarray(_pad(dec.packed, (u, 2 * m - 1), unsupported)),
-        curve_batch=jnp.asarray(_pad(dec.curve_batch, (c,), 0)),
-        seg=jnp.asarray(_pad(dec.seg, (c, m, 2), 0.0)),
-        curve_base_ms=jnp.asarray(_pad(dec.curve_base_ms, (c,), 0.0)),
-        pre_batch_index=jnp.asarray(_pad(pre.batch_index, (bp,), -1)),
-        pre_tok_grid=jnp.asarray(_pad(pre.tok_grid, (nb, pt), _I64_MAX)),
-        pre_n_tok=jnp.asarray(_pad(pre.n_tok, (nb,), 0)),
-        pre_kv_grid=jnp.asarray(_pad(pre.kv_grid, (nb, pk), _I64_MAX)),
-        pre_n_kv=jnp.asarray(_pad(pre.n_kv, (nb,), 0)),
-        pre_coef=jnp.asarray(_pad(pre.coef, (nb, 2 * pt - 1, 2 * pk - 1, 4), 0.0)),
-        pre_code=jnp.asarray(_pad(pre.code, (nb, 2 * pt - 1, 2 * pk - 1), st.PREFILL_NO_SUPPORT)),
-        speculative=bool(speculative),
-        num_draft_tokens=int(num_draft_tokens),
+        **arrays,
+        speculative=t.speculative if speculative is None else bool(speculative),
+        num_draft_tokens=t.num_draft_tokens if num_draft_tokens is None else int(num_draft_tokens),
     )
+
+
+def common_shapes(tables) -> dict[str, tuple[int, ...]]:
+    """Elementwise-largest shape of every array over ``tables`` (one compilation for all of them)."""
+    shapes = [table_shapes(t) for t in tables]
+    return {f: tuple(max(s[f][i] for s in shapes) for i in range(len(shapes[0][f]))) for f in PAD_FILL}
+
+
+def stack_round_tables(tables) -> RoundTable:
+    """Pad tables to common shapes and stack them on a leading axis (static fields reset to AR/0)."""
+    if not tables:
+        raise ValueError("stack_round_tables needs at least one table")
+    target = common_shapes(tables)
+    padded = [pad_round_table(t, target, speculative=False, num_draft_tokens=0) for t in tables]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *padded)
 
 
 def _count_le(flat: Int64[Array, " N"], start, width: int, x: Int64[Array, ""]):
@@ -238,13 +293,9 @@ def scheduler_pass_latency_ms(
     num_decode_requests: Int64[Array, ""],
     decode_kv_tokens: Int64[Array, ""],
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
-    """Cost of one replay scheduler pass.
-
-    Speculative-round tables price prefill chunks and the decode round as two independent lookups,
-    summed; autoregressive tables use the mixed-iteration composition.
-    """
-    if not t.speculative:
-        return mixed_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
+    """Cost of one replay scheduler pass: the prefill-chunk lookup plus the decode (or measured
+    speculative round) lookup, summed, as the reference's replay engine prices a pass. (The
+    ForwardPassMetrics composition with a decode baseline is :func:`mixed_latency_ms`.)"""
     _, _, lp, ld, code = _pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
     ok = code < st.FIRST_UNSUPPORTED
     return jnp.where(ok, lp + ld, jnp.nan), code.astype(jnp.int32)

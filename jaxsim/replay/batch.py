@@ -19,60 +19,23 @@ import numpy as np
 
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
-from jaxsim.kernels.rounds import RoundTable
+from jaxsim.kernels.rounds import RoundTable, common_shapes
+from jaxsim.kernels.rounds import pad_round_table as _pad_round_table
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
     COMPLETED, DONE, EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay_stack, slot_bucket, status_name,
 )
 from jaxsim.replay.traces import Trace, request_bucket
 
-_I64_MAX = np.iinfo(np.int64).max
-_UNSUPPORTED_PACKED = np.int32(st.BATCH_OUT_OF_RANGE << 24)
-
-# fill value of each padded RoundTable array (as in jaxsim.kernels.rounds._assemble)
-_FILLS = {
-    "kv_grid": _I64_MAX, "row_of_batch": 0, "packed": _UNSUPPORTED_PACKED, "curve_batch": 0, "seg": 0.0,
-    "curve_base_ms": 0.0, "pre_batch_index": -1, "pre_tok_grid": _I64_MAX,
-    "pre_n_tok": 0, "pre_kv_grid": _I64_MAX, "pre_n_kv": 0, "pre_coef": 0.0, "pre_code": st.PREFILL_NO_SUPPORT,
-}
-
-
-def _array_fields(t: RoundTable) -> list[str]:
-    names = [f.name for f in dataclasses.fields(t) if not f.metadata.get("static", False) and f.name != "n_kv"]
-    unknown = [n for n in names if n not in _FILLS]
-    if unknown:
-        raise TypeError(f"RoundTable field {unknown[0]!r} has no padding rule in jaxsim.replay.batch")
-    return names
-
-
-def table_shapes(t: RoundTable) -> dict[str, tuple[int, ...]]:
-    """Shape of every array of a compiled table."""
-    return {f: tuple(np.shape(getattr(t, f))) for f in _array_fields(t)}
-
-
 def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]]) -> RoundTable:
-    """``t`` with every array padded (at the end of each axis) to ``shapes``; lookups are unchanged.
-
-    The static fields are reset (speculative=False, num_draft_tokens=0): the replay engine takes the
-    draft depth as a traced parameter and never uses the table's mixed composition.
-    """
-    arrays = {}
-    for f in _array_fields(t):
-        fill = _FILLS[f]
-        a = np.asarray(getattr(t, f))
-        target = tuple(shapes[f])
-        if any(n < m for n, m in zip(target, a.shape)):
-            raise ValueError(f"cannot pad {f} of shape {a.shape} down to {target}")
-        out = np.full(target, fill, dtype=a.dtype)
-        out[tuple(slice(0, m) for m in a.shape)] = a
-        arrays[f] = jnp.asarray(out)
-    return RoundTable(n_kv=jnp.asarray(t.n_kv), speculative=False, num_draft_tokens=0, **arrays)
+    """``t`` padded to ``shapes`` (lookups unchanged) with the static fields reset: the replay engine
+    takes the draft depth as a traced parameter and prices passes with explicit lookups."""
+    return _pad_round_table(t, shapes, speculative=False, num_draft_tokens=0)
 
 
 def common_tables(tables: Sequence[RoundTable]) -> list[RoundTable]:
     """Pad tables to their elementwise-largest shapes (one compilation for all of them)."""
-    shapes = [table_shapes(t) for t in tables]
-    target = {f: tuple(max(s[f][i] for s in shapes) for i in range(len(shapes[0][f]))) for f in shapes[0]}
+    target = common_shapes(tables)
     return [pad_round_table(t, target) for t in tables]
 
 

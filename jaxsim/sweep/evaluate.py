@@ -11,7 +11,6 @@ status code (≥ 16) and NaN metrics, never an extrapolated value. The model is 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import equinox as eqx
@@ -23,7 +22,7 @@ from jaxtyping import Array, Bool, Float64, Int32, Int64
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS
-from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, scheduler_pass_latency_ms
+from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, scheduler_pass_latency_ms, stack_round_tables
 
 # Sweep-model status codes (kernel codes are below 32; every code here is "unsupported").
 REQUEST_EXCEEDS_KV_POOL = 40
@@ -129,47 +128,10 @@ class Metrics(eqx.Module):
 # tables
 
 
-_I64_MAX = np.iinfo(np.int64).max
 # Fill value of every RoundTable leaf: padding must read as "no measured support".
-_TABLE_FILL = {
-    "kv_grid": _I64_MAX,
-    "n_kv": 0,
-    "row_of_batch": 0,
-    "packed": st.BATCH_OUT_OF_RANGE << 24,
-    "curve_batch": 0,
-    "seg": 0.0,
-    "curve_base_ms": 0.0,
-    "pre_batch_index": -1,
-    "pre_tok_grid": _I64_MAX,
-    "pre_n_tok": 0,
-    "pre_kv_grid": _I64_MAX,
-    "pre_n_kv": 0,
-    "pre_coef": 0.0,
-    "pre_code": st.PREFILL_NO_SUPPORT,
-}
-
-
-def _table_fields(t: RoundTable) -> list[str]:
-    return [f.name for f in dataclasses.fields(t) if not f.metadata.get("static", False)]
-
-
 def stack_tables(tables: Sequence[RoundTable]) -> RoundTable:
     """Pad tables to common shapes and stack them on a leading axis (static fields reset to AR/0)."""
-    if not tables:
-        raise ValueError("stack_tables needs at least one table")
-    names = _table_fields(tables[0])
-    unknown = sorted(set(names) - set(_TABLE_FILL))
-    if unknown:
-        raise TypeError(f"stack_tables: no padding rule for RoundTable field(s) {', '.join(unknown)}")
-    leaves = {}
-    for name in names:
-        arrs = [np.asarray(getattr(t, name)) for t in tables]
-        shape = tuple(max(a.shape[i] for a in arrs) for i in range(arrs[0].ndim))
-        out = np.full((len(arrs), *shape), _TABLE_FILL[name], dtype=arrs[0].dtype)
-        for i, a in enumerate(arrs):
-            out[(i, *(slice(0, n) for n in a.shape))] = a
-        leaves[name] = jnp.asarray(out)
-    return RoundTable(**leaves, speculative=False, num_draft_tokens=0)
+    return stack_round_tables(list(tables))
 
 
 def take_table(stack: RoundTable, index: Int64[Array, ""]) -> RoundTable:
@@ -177,22 +139,13 @@ def take_table(stack: RoundTable, index: Int64[Array, ""]) -> RoundTable:
     return jax.tree.map(lambda a: a[index], stack)
 
 
-def _as_speculative(t: RoundTable) -> RoundTable:
-    return dataclasses.replace(t, speculative=True)
-
-
 def pass_latency_ms(
     t: RoundTable, speculative: Bool[Array, ""], num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
-    """One scheduler pass (prefill chunks + decode rounds) priced by the kernels' composition for the
-    table's kind: ``speculative`` is a traced flag, so AR and SD tables share one stacked pytree (a
-    chunk's flag is unbatched, so only one branch runs)."""
-    args = (num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
-    return jax.lax.cond(
-        speculative,
-        lambda: scheduler_pass_latency_ms(_as_speculative(t), *args),
-        lambda: scheduler_pass_latency_ms(t, *args),
-    )
+    """One scheduler pass (prefill chunks + decode rounds): the prefill lookup plus the decode (or
+    measured-round) lookup, as the reference's replay engine prices a pass, for either table kind."""
+    del speculative
+    return scheduler_pass_latency_ms(t, num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
 
 
 # ----------------------------------------------------------------------------------------------------
