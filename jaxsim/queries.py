@@ -27,7 +27,7 @@ from jaxsim.kernels.support import _bucket
 QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
 MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
 KINDS = ("decode", "prefill", "mixed")
-CHUNK = 1 << 21
+CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,8 @@ def write_results(path: str | Path, table: pa.Table) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".partial")
     if _is_parquet(path):
-        pq.write_table(table, tmp)
+        text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
+        pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=False)
     else:
         status = table.column("status")
         if pa.types.is_dictionary(status.type):
