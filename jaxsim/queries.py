@@ -60,10 +60,15 @@ def read_queries(path: str | Path) -> QueryBatch:
             table = pacsv.read_csv(path, convert_options=opts)
     except (pa.ArrowInvalid, OSError) as exc:
         raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
+    return validate_queries(table, path)
+
+
+def validate_queries(table: pa.Table, path: Path, first_row: int = 0) -> QueryBatch:
+    """Validate one table (or streamed batch) of queries; ``first_row`` numbers its rows in the file."""
     missing = [c for c in QUERY_COLUMNS if c not in table.column_names]
     if missing:
         raise QueryError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(QUERY_COLUMNS)})")
-    kind = _kind_codes(path, table.column("workload_kind"))
+    kind = _kind_codes(path, table.column("workload_kind"), first_row)
     n = table.num_rows
     has_mixed = bool(np.any(kind == 2))
 
@@ -80,12 +85,12 @@ def read_queries(path: str | Path) -> QueryBatch:
             must = null & (kind == 2) if name in MIXED_COLUMNS else null
             if must.any():
                 row = int(np.nonzero(must)[0][0])
-                raise QueryError(f"{path}: row {row + 1}: {name} is empty")
+                raise QueryError(f"{path}: row {first_row + row + 1}: {name} is empty")
             col = pc.fill_null(col, 0)
         arr = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         neg = np.nonzero(arr < 0)[0]
         if neg.size:
-            raise QueryError(f"{path}: row {int(neg[0]) + 1}: {name}={int(arr[neg[0]])} must be ≥ 0")
+            raise QueryError(f"{path}: row {first_row + int(neg[0]) + 1}: {name}={int(arr[neg[0]])} must be ≥ 0")
         return arr
 
     batch = ints("batch_size", True)
@@ -96,11 +101,11 @@ def read_queries(path: str | Path) -> QueryBatch:
     dec_with_prefill = np.nonzero((kind == 0) & (ptok != 0))[0]
     if dec_with_prefill.size:
         r = int(dec_with_prefill[0])
-        raise QueryError(f"{path}: row {r + 1}: decode rows have total_prefill_tokens = 0 (found {int(ptok[r])})")
+        raise QueryError(f"{path}: row {first_row + r + 1}: decode rows have total_prefill_tokens = 0 (found {int(ptok[r])})")
     return QueryBatch(table, kind, batch, ptok, kvr, nd, dkv)
 
 
-def _kind_codes(path: Path, col: pa.ChunkedArray) -> np.ndarray:
+def _kind_codes(path: Path, col: pa.ChunkedArray, first_row: int = 0) -> np.ndarray:
     """workload_kind → index into KINDS (dictionary-encoded columns map only their dictionary)."""
     value_type = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
     if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)):
@@ -119,7 +124,7 @@ def _kind_codes(path: Path, col: pa.ChunkedArray) -> np.ndarray:
     bad = np.nonzero(kind < 0)[0]
     if bad.size:
         row = int(bad[0])
-        raise QueryError(f"{path}: row {row + 1}: workload_kind={col[row].as_py()!r} must be decode, prefill or mixed")
+        raise QueryError(f"{path}: row {first_row + row + 1}: workload_kind={col[row].as_py()!r} must be decode, prefill or mixed")
     return kind
 
 
@@ -172,6 +177,74 @@ def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray) -> pa.Table:
 
 
 _STATUS_LABELS = pa.array([st.name(i) for i in range(64)])
+CSV_KIND_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+
+def _batches(path: Path, rows: int):
+    """Stream a query file as tables of at most ``rows`` rows (memory stays bounded and is reused)."""
+    try:
+        if _is_parquet(path):
+            pf = pq.ParquetFile(path, read_dictionary=["workload_kind"])
+            for rb in pf.iter_batches(batch_size=rows):
+                yield pa.Table.from_batches([rb])
+        else:
+            types = {"workload_kind": CSV_KIND_TYPE, **{c: pa.int64() for c in MIXED_COLUMNS}}
+            opts = pacsv.ConvertOptions(strings_can_be_null=False, column_types=types)
+            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 23), convert_options=opts)
+            for rb in reader:
+                yield pa.Table.from_batches([rb])
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
+
+
+def evaluate_file(table: rounds.RoundTable, queries: str | Path, output: str | Path) -> tuple[int, int]:
+    """Stream ``queries`` through the kernels into ``output`` (CSV or parquet by extension).
+
+    Written to a temporary file renamed at the end, so a bad row leaves nothing behind. Returns
+    (queries, answered).
+    """
+    queries, output = Path(queries), Path(output)
+    if not queries.is_file():
+        raise QueryError(f"{queries}: query file not found")
+    tmp = output.with_name(output.name + ".partial")
+    writer = None
+    total = answered = 0
+    try:
+        for part in _batches(queries, CHUNK):
+            if part.num_rows == 0:
+                continue
+            q = validate_queries(part, queries, total)
+            lat, code = evaluate(table, q)
+            out = result_table(q, lat, code)
+            if writer is None:
+                writer = _writer(tmp, output, out.schema)
+            writer.write_table(out if _is_parquet(output) else _plain_status(out))
+            total += part.num_rows
+            answered += int(np.sum(code < st.FIRST_UNSUPPORTED))
+        if writer is None:
+            raise QueryError(f"{queries}: no query rows")
+        writer.close()
+        writer = None
+        tmp.replace(output)
+    finally:
+        if writer is not None:
+            writer.close()
+        if tmp.exists():
+            tmp.unlink()
+    return total, answered
+
+
+def _plain_status(table: pa.Table) -> pa.Table:
+    i = table.column_names.index("status")
+    return table.set_column(i, "status", table.column("status").cast(pa.string()))
+
+
+def _writer(tmp: Path, output: Path, schema: pa.Schema):
+    if _is_parquet(output):
+        text = [f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
+        return pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=text, write_statistics=False)
+    plain = schema.set(schema.get_field_index("status"), pa.field("status", pa.string()))
+    return pacsv.CSVWriter(tmp, plain)
 
 
 def write_results(path: str | Path, table: pa.Table) -> None:

@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--cli-n", type=int, default=2_000_000)
     ap.add_argument("--skip-cli", action="store_true")
-    ap.add_argument("--cli-repeat", type=int, default=3, help="CLI runs per size; the best wall time counts")
+    ap.add_argument("--cli-repeat", type=int, default=7, help="CLI runs per size; the median wall time counts")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     print(f"devices: {len(jax.devices())} x {jax.devices()[0].platform}  cores: {os.cpu_count()}")
@@ -124,13 +124,13 @@ def main() -> None:
             cmd = [sys.executable, "-m", "jaxsim", "round", args.profile, "-q", str(qp), "-o", str(Path(tmp) / f"o{n}.parquet"), "--quiet"]
             if args.tp:
                 cmd += ["--tp", str(args.tp)]
-            best = float("inf")
+            walls = []
             for _ in range(args.cli_repeat):
                 t0 = time.perf_counter()
                 subprocess.run(cmd + ["--force"], check=True)
-                best = min(best, time.perf_counter() - t0)
-            times[n] = best
-            print(f"jaxsim round n={n:,}: {times[n]:.2f} s wall, best of {args.cli_repeat} (process start, import, compile, I/O)")
+                walls.append(time.perf_counter() - t0)
+            times[n] = float(np.median(walls))
+            print(f"jaxsim round n={n:,}: {times[n]:.2f} s wall, median of {args.cli_repeat} (process start, import, compile, I/O)")
         marginal = (args.cli_n - 200_000) / (times[args.cli_n] - times[200_000])
         print(f"jaxsim round marginal rate: {marginal / 1e6:.2f} M queries/s → {marginal / ref_rate:.1f}x the reference per-query rate")
 

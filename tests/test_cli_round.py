@@ -122,3 +122,25 @@ def test_round_real_subprocess(tmp_path):
     assert len((tmp_path / "o.csv").read_text().splitlines()) == 21
     proc = subprocess.run([sys.executable, "-m", "jaxsim", "round", "x", "-q", "y.csv", "-o", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_streamed_batches_keep_row_numbers_and_leave_nothing_on_error(tmp_path, monkeypatch):
+    import jaxsim.queries as Q
+
+    monkeypatch.setattr(Q, "CHUNK", 4)  # force several streamed batches
+    rows = _golden_queries("ar_core", 6)
+    _write_csv(tmp_path / "q.csv", rows)
+    res = runner.invoke(app, ["round", str(AR), "-q", str(tmp_path / "q.csv"), "-o", str(tmp_path / "o.parquet")])
+    assert res.exit_code == 0, res.output
+    out = pq.read_table(tmp_path / "o.parquet").to_pylist()
+    assert [r["batch_size"] for r in out] == [r["batch_size"] for r in rows]
+    for row, got in zip(rows, out):
+        if row["want"]["status"] == "ok":
+            assert got["latency_ms"] == pytest.approx(row["want"]["latency_ms"], rel=1e-9)
+    bad = tmp_path / "bad.parquet"
+    t = pa.table({"workload_kind": ["decode"] * 9, "batch_size": [1, 2, 3, 4, 5, 6, 7, -1, 9],
+                  "total_prefill_tokens": [0] * 9, "total_kv_read_tokens": [100] * 9})
+    pq.write_table(t, bad, row_group_size=4)
+    res = runner.invoke(app, ["round", str(AR), "-q", str(bad), "-o", str(tmp_path / "o2.parquet")])
+    assert res.exit_code == 2 and "row 8: batch_size=-1" in res.output
+    assert not (tmp_path / "o2.parquet").exists() and not (tmp_path / "o2.parquet.partial").exists()

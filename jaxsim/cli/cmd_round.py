@@ -6,11 +6,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import typer
 
 from jaxsim.cli.common import fail, guarded, refuse_overwrite
-from jaxsim.kernels import status as st
 
 ROUND_HELP = """Evaluate forward-pass (round) timings for every query row of a CSV/parquet file.
 
@@ -41,7 +39,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:
-        from jaxsim.queries import evaluate, read_queries, result_table, write_results
+        from jaxsim.queries import evaluate_file
         from jaxsim.rounds_api import load_round_table
 
         refuse_overwrite(output, force)
@@ -51,12 +49,9 @@ def register(app: typer.Typer) -> None:
         table, deployment = load_round_table(
             profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version
         )
-        q = read_queries(queries)
-        lat, code = evaluate(table, q)
-        write_results(output, result_table(q, lat, code))
+        total, ok = evaluate_file(table, queries, output)
         if not quiet:
-            ok = int(np.sum(code < st.FIRST_UNSUPPORTED))
             typer.echo(
-                f"{q.kind.size} queries on {deployment.describe()}: {ok} answered, {q.kind.size - ok} unsupported "
+                f"{total} queries on {deployment.describe()}: {ok} answered, {total - ok} unsupported "
                 f"→ {output} ({time.perf_counter() - t0:.2f} s)"
             )
