@@ -105,55 +105,43 @@ def _done(path: Path, quiet: bool) -> None:
         typer.echo(f"wrote {path}")
 
 
+def _profile_figure(profile: str, output: Path, force: bool, quiet: bool, identity: dict, draw) -> None:
+    """Check the output, load one deployment's view and draw it (``draw(plots_module, view)``)."""
+    from jaxsim import plots
+
+    plots.check_png_path(output)
+    plots.require_matplotlib()
+    refuse_overwrite(output, force)
+    _done(draw(plots, plots.load_view(profile, **identity)), quiet)
+
+
 def register(app: typer.Typer) -> None:
     plot_app = typer.Typer(help=PLOT_HELP, no_args_is_help=True)
     app.add_typer(plot_app, name="plot")
 
-    @plot_app.command("curves", help=CURVES_HELP)
-    @guarded
-    def curves_cmd(
-        profile: str = _PROFILE,
-        output: Path = _output_option(),
-        tp: Optional[int] = _TP,
-        dp: Optional[int] = _DP,
-        moe_tp: Optional[int] = _MOE_TP,
-        moe_ep: Optional[int] = _MOE_EP,
-        role: Optional[str] = _ROLE,
-        system: Optional[str] = _SYSTEM,
-        backend_version: Optional[str] = _VERSION,
-        force: bool = _force_option(),
-        quiet: bool = _QUIET,
-    ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_decode_curves, require_matplotlib
+    def profile_command(name: str, help_text: str, draw_name: str) -> None:
+        """A figure of one deployment of a profile (decode curves, support map)."""
 
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
-        _done(plot_decode_curves(view, output), quiet)
+        @plot_app.command(name, help=help_text)
+        @guarded
+        def cmd(
+            profile: str = _PROFILE,
+            output: Path = _output_option(),
+            tp: Optional[int] = _TP,
+            dp: Optional[int] = _DP,
+            moe_tp: Optional[int] = _MOE_TP,
+            moe_ep: Optional[int] = _MOE_EP,
+            role: Optional[str] = _ROLE,
+            system: Optional[str] = _SYSTEM,
+            backend_version: Optional[str] = _VERSION,
+            force: bool = _force_option(),
+            quiet: bool = _QUIET,
+        ) -> None:
+            identity = dict(tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
+            _profile_figure(profile, output, force, quiet, identity, lambda plots, view: getattr(plots, draw_name)(view, output))
 
-    @plot_app.command("support", help=SUPPORT_HELP)
-    @guarded
-    def support_cmd(
-        profile: str = _PROFILE,
-        output: Path = _output_option(),
-        tp: Optional[int] = _TP,
-        dp: Optional[int] = _DP,
-        moe_tp: Optional[int] = _MOE_TP,
-        moe_ep: Optional[int] = _MOE_EP,
-        role: Optional[str] = _ROLE,
-        system: Optional[str] = _SYSTEM,
-        backend_version: Optional[str] = _VERSION,
-        force: bool = _force_option(),
-        quiet: bool = _QUIET,
-    ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_support_map, require_matplotlib
-
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
-        _done(plot_support_map(view, output), quiet)
+    profile_command("curves", CURVES_HELP, "plot_decode_curves")
+    profile_command("support", SUPPORT_HELP, "plot_support_map")
 
     @plot_app.command("prefill", help=PREFILL_HELP)
     @guarded
@@ -171,13 +159,8 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, load_view, plot_prefill_surface, require_matplotlib
-
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        view = load_view(profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
-        _done(plot_prefill_surface(view, output, batch=batch), quiet)
+        identity = dict(tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
+        _profile_figure(profile, output, force, quiet, identity, lambda plots, view: plots.plot_prefill_surface(view, output, batch=batch))
 
     @plot_app.command("pareto", help=PARETO_HELP)
     @guarded
