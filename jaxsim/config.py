@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from jaxsim.errors import BindingError
+from jaxsim.errors import BindingError, read_text
 
 ROLE_NAMES = ("aggregated", "prefill", "decode")
 MODES = ("aggregated", "disaggregated")
@@ -268,15 +268,7 @@ def parse_config_text(text: str, *, source: str = "<config>", base_dir: str | os
 def load_config(path: str | os.PathLike) -> DeploymentConfig:
     """Read a TOML deployment config; relative profile directories resolve against the file's folder."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise BindingError(f"{p}: cannot read config: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BindingError(f"{p}: config is not UTF-8 ({e.reason} at byte {e.start})") from None
-    return parse_config_text(text, source=str(p), base_dir=p.parent)
+    return parse_config_text(read_text(p, "config", BindingError), source=str(p), base_dir=p.parent)
 
 
 def finite(x: float) -> bool:

@@ -19,3 +19,18 @@ class BindingError(JaxsimError):
 
 class QueryError(JaxsimError):
     """A query file is malformed."""
+
+
+def read_text(path, what: str, error: type[JaxsimError]) -> str:
+    """A UTF-8 text file's contents; unreadable or non-UTF-8 files raise ``error`` with one line."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise error(f"{p}: cannot read {what}: {e.strerror or e}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{p}: {what} is not UTF-8 ({e.reason} at byte {e.start})") from None

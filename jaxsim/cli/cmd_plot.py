@@ -105,14 +105,19 @@ def _done(path: Path, quiet: bool) -> None:
         typer.echo(f"wrote {path}")
 
 
-def _profile_figure(profile: str, output: Path, force: bool, quiet: bool, identity: dict, draw) -> None:
-    """Check the output, load one deployment's view and draw it (``draw(plots_module, view)``)."""
+def _figure(output: Path, force: bool, quiet: bool, draw) -> None:
+    """Check the PNG path, matplotlib and overwrite rule before anything loads; then ``draw(plots)``."""
     from jaxsim import plots
 
     plots.check_png_path(output)
     plots.require_matplotlib()
     refuse_overwrite(output, force)
-    _done(draw(plots, plots.load_view(profile, **identity)), quiet)
+    _done(draw(plots), quiet)
+
+
+def _profile_figure(profile: str, output: Path, force: bool, quiet: bool, identity: dict, draw) -> None:
+    """A figure of one deployment: ``draw(plots_module, view)``."""
+    _figure(output, force, quiet, lambda plots: draw(plots, plots.load_view(profile, **identity)))
 
 
 def register(app: typer.Typer) -> None:
@@ -171,12 +176,7 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_pareto, require_matplotlib
-
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        _done(plot_pareto(results, output, workload=workload), quiet)
+        _figure(output, force, quiet, lambda plots: plots.plot_pareto(results, output, workload=workload))
 
     @plot_app.command("cdf", help=CDF_HELP)
     @guarded
@@ -186,12 +186,7 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_latency_cdf, require_matplotlib
-
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        _done(plot_latency_cdf(results, output), quiet)
+        _figure(output, force, quiet, lambda plots: plots.plot_latency_cdf(results, output))
 
     @plot_app.command("timeline", help=TIMELINE_HELP)
     @guarded
@@ -202,9 +197,4 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        from jaxsim.plots import check_png_path, plot_kv_timeline, require_matplotlib
-
-        check_png_path(output)
-        require_matplotlib()
-        refuse_overwrite(output, force)
-        _done(plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks), quiet)
+        _figure(output, force, quiet, lambda plots: plots.plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks))

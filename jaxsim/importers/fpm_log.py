@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 import jaxsim
-from jaxsim.errors import JaxsimError, ProfileError, TableError
+from jaxsim.errors import JaxsimError, ProfileError, TableError, read_text
 from jaxsim.profile.model import (
     COMM_QUANT_MODES,
     FMHA_QUANT_MODES,
@@ -201,14 +201,7 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
     repeated counter_ids, or a ``phase`` column that disagrees with the scheduled work.
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise TableError(f"{p}: cannot read FPM log: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TableError(f"{p}: FPM log is not UTF-8 ({e.reason} at byte {e.start})") from None
+    text = read_text(p, "FPM log", TableError)
     if not text.strip():
         raise TableError(f"{p}: FPM log is empty")
     jsonl = p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{")
@@ -241,7 +234,7 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
         raise TableError(f"{p}: counter_id {int(cid[dup[0]])} appears more than once in one stream")
     seg = np.asarray(cols["_segment"], dtype=object)[order]
     return FpmLog(
-        source=str(p), sha256=_sha256(raw), stream=distinct[0], counter_id=cid,
+        source=str(p), sha256=_sha256(text.encode("utf-8")), stream=distinct[0], counter_id=cid,
         num_prefill_requests=arr["num_prefill_requests"][order], prefill_tokens=arr["sum_prefill_tokens"][order],
         prefill_kv_tokens=arr["sum_prefill_kv_tokens"][order], num_decode_requests=arr["num_decode_requests"][order],
         decode_kv_tokens=arr["sum_decode_kv_tokens"][order], latency_ms=lat[order], segment=seg,

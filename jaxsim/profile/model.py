@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from jaxsim.errors import ProfileError
+from jaxsim.errors import ProfileError, read_text
 
 MAX_BYTES = 2**53
 MAX_U32 = 2**32 - 1
@@ -650,15 +650,7 @@ def parse_profile_text(text: str, source: str = "profile.json") -> ModelProfile:
 def load_profile(path: str | os.PathLike) -> ModelProfile:
     """Read and validate a profile JSON file."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ProfileError(f"{p}: cannot read profile: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ProfileError(f"{p}: profile is not UTF-8 ({e.reason} at byte {e.start})") from None
-    return parse_profile_text(text, source=str(p))
+    return parse_profile_text(read_text(p, "profile", ProfileError), source=str(p))
 
 
 def save_profile(profile: ModelProfile, path: str | os.PathLike) -> None:
