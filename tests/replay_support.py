@@ -97,6 +97,7 @@ class _Req:
         self.gen = self.computed = self.alloc = 0
         self.first = self.second = self.last = None
         self.preempt = self.admits = self.rounds = 0
+        self.recomputing = False  # preempted: recomputing until it emits again
 
     @property
     def length(self):
@@ -124,6 +125,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
         v = running.pop()
         v.alloc = v.computed = 0
         v.preempt += 1
+        v.recomputing = True
         waiting.insert(0, v)
         return v
 
@@ -139,8 +141,9 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
         idx = 0
         while idx < len(running) and budget > 0:
             r = running[idx]
-            decode = r.gen > 0 and r.computed == r.length - 1
-            n = min(K + 1, budget) if decode else min(r.length - r.computed, budget)
+            # a recompute one token short finishes with that token; a decode stops at the context limit
+            decode = r.gen > 0 and r.computed == r.length - 1 and not r.recomputing
+            n = min(K + 1, max_model_len - r.length, budget) if decode else min(r.length - r.computed, budget)
             need = max(blocks(r.computed + (1 if decode else n)) - r.alloc, 0)
             while need > free() and r in running:
                 preempt_tail()
@@ -201,7 +204,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             d_ms = _dur(float(lat[0]))
         end = (now + p_ms) + d_ms
         for r in rdy:
-            b = 1 if (r.gen == 0 or r.computed == r.length) else min(run_len, r.out - r.gen)
+            # a decode emits at most the tokens it was scheduled
+            b = 1 if (r.gen == 0 or r.computed == r.length) else min(run_len, r.out - r.gen, sched[r][1])
             if r.first is None:
                 r.first = end
             elif r.second is None:
@@ -209,6 +213,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             r.last = end
             r.rounds += r.gen > 0
             r.gen += b
+            r.recomputing = False
             r.computed = r.length - 1
             if K:
                 r.alloc = max(r.alloc, blocks(r.length))

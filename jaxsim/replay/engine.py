@@ -4,10 +4,12 @@ scheduler pass, fixed-capacity arrays, no Python per-pass loop).
 Semantics (reverse-engineered from the reference's replay goldens, matched bit for bit):
 
 * Requests arrive into an FCFS waiting queue; requests preempted for recompute go back to its front.
-* A pass first walks the running list in order. A decode request uses K+1 tokens of the
-  ``max_num_batched_tokens`` budget (1 when autoregressive) and allocates KV for its dangling token;
-  a request still prefilling (or recomputing) takes ``min(remaining, budget)`` tokens (chunked
-  prefill). When the KV pool cannot supply a request's blocks, the tail of the running list is
+* A pass first walks the running list in order. A decode request uses ``min(K+1, max_model_len -
+  length)`` tokens of the ``max_num_batched_tokens`` budget (vLLM's ``max_model_len - 1 - computed``
+  cap; 1 when autoregressive) and allocates KV for its dangling token; a request still prefilling
+  (or recomputing) takes ``min(remaining, budget)`` tokens (chunked prefill). A preempted request is
+  recomputing until it emits again: a recompute that stopped one token short finishes with one
+  token, it is not a decode. When the KV pool cannot supply a request's blocks, the tail of the running list is
   preempted (recompute: its KV is dropped) until it fits.
 * Without a preemption in the pass, waiting requests are admitted FCFS while ``max_num_seqs``, the
   budget and the free blocks (the whole known sequence must fit) allow.
@@ -17,8 +19,9 @@ Semantics (reverse-engineered from the reference's replay goldens, matched bit f
 * Pass time = prefill lookup (requests computing prompt tokens: Σ new prompt tokens, Σ prompt tokens
   already cached) + decode lookup (ready requests that have emitted a token: Σ past KV), each rounded
   to whole nanoseconds. A fresh prefill emits the first token at the pass end; a decode round emits
-  a burst (chained Bernoulli trials, capped by the remaining output); a completed recompute emits
-  one token. All tokens of a pass are stamped at its end.
+  a burst (chained Bernoulli trials, capped by the remaining output and by the tokens the decode
+  was scheduled: a decode given fewer than K+1 budget tokens emits at most that many); a completed
+  recompute emits one token. All tokens of a pass are stamped at its end.
 * A pass whose lookup is outside measured support stops that replay with the lookup's status code.
 """
 
@@ -141,7 +144,7 @@ class _State(eqx.Module):
 # columns of the packed per-request state (one gather / one scatter per pass instead of one per field)
 _PROMPT, _OUT, _GEN, _COMP, _ALLOC, _ROUNDS, _PREEMPT, _ADMITS, _FLAGS = range(9)
 _FIRST, _SECOND, _LAST, _GAPSQ = range(4)
-_MAT, _DONE = 1, 2  # flag bits
+_MAT, _DONE, _RECOMP = 1, 2, 4  # flag bits (_RECOMP: preempted, recomputing until it emits again)
 
 
 def _blocks(tokens, block_size):
@@ -195,6 +198,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     active = _active(p, s)
     slot = jnp.arange(S)
     B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
+    L = p.max_model_len
 
     # arrivals; an idle engine jumps to the next arrival
     # (counts by comparison, not binary searches: gathers are the expensive op in a vmapped loop)
@@ -210,8 +214,10 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     prompt_r, gen_r, comp_r = row_r[:, _PROMPT], row_r[:, _GEN], row_r[:, _COMP]
     al_r = jnp.where(in_run, row_r[:, _ALLOC], 0)
     len_r = prompt_r + gen_r
-    is_dec = in_run & (gen_r > 0) & (comp_r == len_r - 1)
-    need_tok = jnp.where(in_run, jnp.where(is_dec, K + 1, len_r - comp_r), 0)
+    # a recompute that stopped one token short finishes with that token: it is not a decode
+    is_dec = in_run & (gen_r > 0) & (comp_r == len_r - 1) & ((row_r[:, _FLAGS] & _RECOMP) == 0)
+    # a decode never schedules past the context limit (vLLM: max_model_len - 1 - computed tokens)
+    need_tok = jnp.where(in_run, jnp.where(is_dec, jnp.minimum(K + 1, L - len_r), len_r - comp_r), 0)
     bud_before = jnp.maximum(B - _cumsum_excl(need_tok), 0)
     n_tok = jnp.minimum(need_tok, bud_before)
     live = in_run & (bud_before > 0)
@@ -240,7 +246,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     row_c = s.ri[c]
     c_mat = c_ok & ((row_c[:, _FLAGS] & _MAT) > 0)
     c_len = row_c[:, _PROMPT] + row_c[:, _GEN]
-    c_need = jnp.where(c_mat, K + 1, c_len)
+    c_need = jnp.where(c_mat, jnp.minimum(K + 1, L - c_len), c_len)
     c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
     c_n = jnp.minimum(c_need, c_bud)
     c_blk = _blocks(jnp.where(c_mat, c_len, c_n), bs)
@@ -267,6 +273,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     comp_before = jnp.where(slot < cut, comp_r, jnp.where(c_mat[k], len2 - 1, 0))
     n_comp = jnp.where(slot < cut, jnp.where(is_dec, 0, n_tok), jnp.where(c_mat[k], 0, c_n[k]))
     n_comp = jnp.where(sched2, n_comp, 0)
+    n_sched2 = jnp.where(sched2, jnp.where(slot < cut, n_tok, c_n[k]), 0)  # budget tokens of each slot
     alloc2 = jnp.where(slot < cut, al_r, jnp.where(is_new, c_blk[k], 0))
 
     pb = jnp.minimum(comp_before, prompt2)
@@ -317,7 +324,8 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     else:  # every rate is 0 or 1: the chained trials are certain
         certain = (p.accept_rates >= 1.0) & (jnp.arange(MAX_DRAFT_TOKENS) < K)
         sampled = jnp.minimum(1 + jnp.sum(jnp.cumprod(certain.astype(jnp.int64))), out2 - gen2)
-    burst = jnp.where(firsts | (comp2 == len2), 1, sampled)
+    # a decode emits at most the tokens it was scheduled (fewer than K+1 when the budget ran short)
+    burst = jnp.where(firsts | (comp2 == len2), 1, jnp.minimum(sampled, n_sched2))
     gen3 = gen2 + jnp.where(ready, burst, 0)
     comp3 = jnp.where(ready, prompt2 + gen3 - 1, comp2)
     alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, _blocks(prompt2 + gen3, bs)), alloc2)
@@ -338,9 +346,10 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     new2 = jnp.stack([
         prompt2, out2, gen3, jnp.where(pre2, 0, comp3), jnp.where(pre2, 0, alloc3), row2[:, _ROUNDS] + dready,
         row2[:, _PREEMPT] + pre2, row2[:, _ADMITS] + is_new,
-        jnp.where(is_new | pre2, row2[:, _FLAGS] & ~_MAT, row2[:, _FLAGS]) | jnp.where(done, _DONE, 0),
+        (jnp.where(is_new | pre2, row2[:, _FLAGS] & ~_MAT, row2[:, _FLAGS]) & jnp.where(ready, ~_RECOMP, -1))
+        | jnp.where(done, _DONE, 0) | jnp.where(pre2, _RECOMP, 0),
     ], axis=1)
-    new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set(row_r[:, _FLAGS] & ~_MAT)
+    new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set((row_r[:, _FLAGS] & ~_MAT) | _RECOMP)
     out_of_range = N + 1
     idx_i = jnp.concatenate([jnp.where(in2 & active, req2, out_of_range), jnp.where(pre1 & active, r, out_of_range)])
     ri = s.ri.at[idx_i].set(jnp.concatenate([new2, new1]), mode="drop")
