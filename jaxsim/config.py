@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxsim import limits
 from jaxsim.errors import BindingError, read_text
 
 ROLE_NAMES = ("aggregated", "prefill", "decode")
@@ -167,16 +168,23 @@ class _Reader:
                 raise self.error(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
         return v
 
-    def int(self, v: Any, path: str, lo: int | None = None) -> int:
+    def int(self, v: Any, path: str, lo: int | None = None, limit: str | None = None) -> int:
         if not isinstance(v, int) or isinstance(v, bool):
             raise self.error(path, f"expected an integer, got {_type_name(v)} {v!r}")
         if lo is not None and v < lo:
             raise self.error(path, f"must be >= {lo} (got {v})")
+        # without ``lo`` the lower bound is the binding's rule (reference rejection codes); only the upper is checked here
+        if limit is not None and (lo is not None or v > limits.LIMITS[limit].hi) and (msg := limits.problem(limit, v)) is not None:
+            raise self.error(path, msg + " (docs/limits.md)")
         return v
 
-    def float(self, v: Any, path: str) -> float:
+    def float(self, v: Any, path: str, limit: str | None = None) -> float:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise self.error(path, f"expected a number, got {_type_name(v)} {v!r}")
+        if limit is not None and not math.isfinite(v):  # unlimited keys: the binding's rules judge them
+            raise self.error(path, f"must be a finite number (got {v!r})")
+        if limit is not None and (msg := limits.problem(limit, v)) is not None:
+            raise self.error(path, msg + " (docs/limits.md)")
         return float(v)
 
     def str(self, v: Any, path: str) -> str:
@@ -196,9 +204,15 @@ def _role(r: _Reader, name: str, value: Any) -> RoleConfig:
     path = f"roles.{name}"
     d = r.table(value, path, _ROLE_KEYS)
     kw: dict[str, Any] = {"name": name}
+    role_limits = {"replicas": "replicas", "max_num_batched_tokens": "tokens", "max_num_seqs": "max_num_seqs"}
     for k in ("tp", "pp", "dp", "moe_tp", "moe_ep", "cp", "dcp", "replicas", "max_num_batched_tokens", "max_num_seqs"):
         if k in d:
-            kw[k] = r.int(d[k], f"{path}.{k}", lo=1 if k != "dcp" else None)
+            if k == "dcp":  # absent unless stated; any stated value is checked by the binding
+                kw[k] = r.int(d[k], f"{path}.{k}")
+                if abs(kw[k]) > limits.LIMITS["parallel"].hi:
+                    raise r.error(f"{path}.{k}", limits.problem("parallel", kw[k]) + " (docs/limits.md)")
+            else:
+                kw[k] = r.int(d[k], f"{path}.{k}", lo=1, limit=role_limits.get(k, "parallel"))
     if "profile" in d:
         kw["profile"] = r.str(d["profile"], f"{path}.profile")
     if "gpu_memory_utilization" in d:
@@ -220,13 +234,17 @@ def config_from_dict(obj: Mapping[str, Any], *, source: str = "<config>", base_d
             kw[k] = r.str(d[k], k)
     if "backend_version" in d:
         kw["backend_version"] = r.str(d["backend_version"], "backend_version")
-    for k, lo in (("nextn", 0), ("block_size", None), ("context_length", None), ("gpu_memory_bytes", 1),
-                  ("cuda_graph_reserved_bytes", 0)):
+    for k, lo, lim in (("nextn", 0, None), ("block_size", None, "block_size"), ("context_length", None, "tokens"),
+                       ("gpu_memory_bytes", 1, "bytes"), ("cuda_graph_reserved_bytes", 0, None)):
         if k in d:
-            kw[k] = r.int(d[k], k, lo=lo)
-    for k in ("accepted_tokens", "kv_transfer_gbps", "tolerance_fraction"):
+            kw[k] = r.int(d[k], k, lo=lo, limit=lim)
+    if kw.get("nextn", 0) > 64:
+        raise r.error("nextn", f"must be <= 64 draft tokens (got {kw['nextn']:,})")
+    if kw.get("cuda_graph_reserved_bytes", 0) > limits.LIMITS["bytes"].hi:
+        raise r.error("cuda_graph_reserved_bytes", limits.problem("bytes", kw["cuda_graph_reserved_bytes"]))
+    for k, lim in (("accepted_tokens", None), ("kv_transfer_gbps", None), ("tolerance_fraction", None)):  # the binding judges these
         if k in d:
-            kw[k] = r.float(d[k], k)
+            kw[k] = r.float(d[k], k, limit=lim)
     if "accept_rates" in d:
         rates = d["accept_rates"]
         if not isinstance(rates, list):
@@ -253,6 +271,9 @@ def config_from_dict(obj: Mapping[str, Any], *, source: str = "<config>", base_d
     else:
         roles_tbl = r.table(roles_raw, "roles", set(ROLE_NAMES))
         kw["roles"] = tuple(_role(r, n, roles_tbl[n]) for n in ROLE_NAMES if n in roles_tbl)
+    gpus = sum(x.gpus * x.replicas for x in kw["roles"])
+    if (msg := limits.problem("gpus", gpus)) is not None:
+        raise r.error("roles", f"the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) {msg} (docs/limits.md)")
     return DeploymentConfig(**kw)
 
 

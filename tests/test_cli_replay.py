@@ -159,10 +159,43 @@ def test_cli_reports_a_replay_stopped_outside_support(golden_setup, tmp_path):
     trace.write_text("arrival_ms,input_length,output_length\n0,10,4\n")
     out = tmp_path / "o.parquet"
     r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json"])
-    assert r.exit_code == 0
+    assert r.exit_code == 3, r.output  # incomplete: a distinct exit code, results still written
     rep = json.loads(r.stdout)["replays"][0]
     assert rep["status"] == "stopped: pass lookup unsupported:kv_outside_measured_range"
     assert rep["stopped_at"] == "decode(batch=1, kv=10)"
-    assert "warning: 1 of 1 replays did not complete" in r.stderr
+    assert "incomplete: 1 of 1 replays did not complete" in r.stderr and "exit 3" in r.stderr
     t = pq.read_table(out).to_pydict()
     assert set(t["terminal"]) == {"unfinished"}
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--force", "--allow-incomplete"])
+    assert r.exit_code == 0 and "warning: 1 of 1 replays did not complete" in r.stderr
+
+
+def test_cli_names_rejected_requests_and_exits_3_when_nothing_completes(golden_setup, tmp_path):
+    """Observed: a rejected request printed 'status completed, done 0/1' with no reason, exit 0."""
+    cfg, _ = golden_setup
+    ctx = CASE["engine_settings"]["context_length"]
+    trace = tmp_path / "long.csv"
+    trace.write_text(f"arrival_ms,input_length,output_length\n0,{ctx + 5},4\n")
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--no-progress"])
+    assert r.exit_code == 3, r.output
+    assert f"1 request(s) rejected: row 1: prompt of {ctx + 5:,} tokens >= max_model_len" in r.stderr
+    assert "completed no request" in r.stderr
+    t = pq.read_table(out).to_pydict()
+    assert t["terminal"] == ["rejected"] and "max_model_len" in t["reason"][0]
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--seeds", "0"], "--seeds: must be an integer >= 1"),
+    (["--seeds", "100000"], "--seeds: must be an integer >= 1 and <= 1,024"),
+    (["--time-scale", "0"], "--time-scale: must be a finite number > 0"),
+    (["--time-scale", "nan"], "--time-scale"),
+    (["--max-requests", "0"], "--max-requests"),
+    (["--sla-ttft-ms", "-1"], "--sla-ttft-ms"),
+])
+def test_cli_replay_bounds_checked_before_work(golden_setup, tmp_path, args, msg):
+    cfg, trace = golden_setup
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), *args])
+    assert r.exit_code == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert not out.exists()

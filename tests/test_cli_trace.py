@@ -37,7 +37,7 @@ def test_synth_writes_a_plain_trace_with_requested_lengths(tmp_path):
 
 @pytest.mark.parametrize(
     "args, msg",
-    [(["--rate", "0"], "--rate must be"), (["--cv", "-1"], "--cv must be"), (["--isl", "weird:1"], "input_len"), (["--output", "t.txt"], ".csv file name")],
+    [(["--rate", "0"], "--rate: must be"), (["--cv", "-1"], "--cv: must be"), (["--isl", "weird:1"], "input_len"), (["--output", "t.txt"], ".csv file name")],
 )
 def test_synth_bad_input_one_line(tmp_path, args, msg):
     base = ["trace", "synth", "--output", str(tmp_path / "t.csv")]

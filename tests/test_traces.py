@@ -61,7 +61,7 @@ def test_mooncake_and_plain_formats(tmp_path):
     "name,text,needle",
     [
         ("x.csv", "arrival_ms,input_length,output_length\n0,10,5\n1,abc,5\n", "row 2: input_length='abc'"),
-        ("x.csv", "arrival_ms,input_length,output_length\n0,10,0\n", "row 1: output_length=0 must be an integer >= 1"),
+        ("x.csv", "arrival_ms,input_length,output_length\n0,10,0\n", "row 1: output_length=0 must be an integer in 1..10,000,000"),
         ("x.csv", "arrival_ms,input_length\n0,10\n", "missing column 'output_length'"),
         ("x.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5}\n',
          "row 2: missing field 'output_length'"),
@@ -120,8 +120,9 @@ def test_length_specs():
     rng = np.random.default_rng(0)
     assert sample_lengths(5, 3, rng).tolist() == [5, 5, 5]
     assert set(sample_lengths([3, 9], 50, rng).tolist()) <= {3, 9}
-    assert sample_lengths("normal:-50:1", 10, rng).min() == 1
-    for bad in ("zipf:2", "uniform:5", "uniform:9:3", "lognormal:-1:1", "fixed:x"):
+    assert sample_lengths("normal:2:50", 50, rng).min() == 1  # the tail is cut to the tokens range
+    for bad in ("zipf:2", "uniform:5", "uniform:9:3", "lognormal:-1:1", "fixed:x", "fixed:-5", "fixed:2.5", "normal:-50:1",
+                "uniform:0:4", "fixed:10000001"):
         with pytest.raises(QueryError):
             sample_lengths(bad, 2, rng)
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from jaxsim import limits
 from jaxsim.cli.common import fail, guarded
 
 CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
@@ -29,11 +30,15 @@ def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
 
     if (isl is None) != (osl is None):
         fail("give both --isl and --osl, or neither")
-    if isl is not None and (isl < 0 or osl < 0 or isl + osl <= 0):
-        fail(f"--isl/--osl must be >= 0 with isl + osl > 0 (got {isl}, {osl})")
+    if isl is not None:
+        limits.check("tokens", isl, "--isl")
+        limits.check("tokens", osl, "--osl")
     b = bind(load_config(path))
     if isl is None:
         isl, osl = b.context_length, 0
+    elif isl + osl > b.context_length:
+        fail(f"--isl {isl:,} + --osl {osl:,} = {isl + osl:,} tokens exceeds the deployment's context length "
+             f"{b.context_length:,} ({path}); such a request cannot be served")
     roles = {}
     for name, r in b.roles.items():
         c = r.capacity(isl, osl)
@@ -59,6 +64,7 @@ def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
             "max_concurrency_per_rank": conc,
             "ranks": ranks,
             "max_concurrency": conc * ranks if conc >= 0 else None,
+            "max_measured_decode_batch": int(r.cell.decode_batch.max()) if r.cell.num_decode_rows else None,
         }
     return {
         "config": str(path),
@@ -71,6 +77,19 @@ def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
         "osl": osl,
         "roles": roles,
     }
+
+
+def capacity_warnings(rep: dict) -> list[str]:
+    """Where a role's KV/seq concurrency per rank exceeds the largest decode batch its profile measured:
+    such a batch is a capacity bound only, its round times are outside measured support."""
+    out = []
+    for name, r in rep["roles"].items():
+        top = r["max_measured_decode_batch"]
+        conc = r["max_concurrency_per_rank"]
+        if name != "prefill" and top is not None and conc is not None and conc > top:
+            out.append(f"{name}: max concurrency per rank {conc:,} exceeds the largest measured decode batch {top:,}; "
+                       f"timings above batch {top:,} are outside measured support (a sweep or replay refuses them)")
+    return out
 
 
 def _print_table(rep: dict) -> None:
@@ -93,6 +112,7 @@ def _print_table(rep: dict) -> None:
         ("max concurrency / rank", "max_concurrency_per_rank"),
         ("ranks (dp x replicas)", "ranks"),
         ("max concurrency", "max_concurrency"),
+        ("largest measured decode batch", "max_measured_decode_batch"),
     ]
     for label, key in rows:
         vals = []
@@ -117,3 +137,5 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(rep, indent=1))
         else:
             _print_table(rep)
+        for warning in capacity_warnings(rep):
+            typer.echo(f"warning: {warning}", err=True)

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+
+import numpy as np
 from typing import Optional
 
 import typer
 
+from jaxsim import limits
 from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+
+EXIT_INCOMPLETE = 3
 
 REPLAY_HELP = """Replay a request trace (Azure, Mooncake, plain CSV/JSONL or a bundled excerpt) through the
 continuous-batching engine of a deployment: chunked prefill, KV blocks with preemption, measured
@@ -17,7 +22,12 @@ speculative rounds. Writes one parquet row per request (per configuration and se
 ITL/TPOT, E2E, decode rounds, preemptions, status. The summary is printed (or --json).
 
 A replay stops, with an explicit status, at the first pass whose lookup lies outside the profile's
-measured support: nothing is extrapolated.
+measured support: nothing is extrapolated. Requests a worker can never run (prompt at or over
+max_model_len, or more KV blocks than the pool) are rejected and named on stderr with the reason.
+
+Exit codes: 0 every replay completed; 3 a replay stopped outside measured support (or hit its pass
+limit) or completed no request (the results are still written; --allow-incomplete exits 0 then);
+2 bad input (nothing written).
 
 Examples:
 
@@ -33,7 +43,7 @@ Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake
 _COLUMNS = (
     "config", "seed", "request", "row", "arrival_ms", "input_tokens", "output_tokens", "generated_tokens",
     "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_rounds",
-    "preemptions", "admissions", "terminal", "status",
+    "preemptions", "admissions", "terminal", "reason", "status",
 )
 _SUMMARY_KEYS = (
     "completed_requests", "rejected_requests", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
@@ -86,8 +96,10 @@ def _table(outcomes):
         cols["config"].append(np.full(n, o.config.name, dtype=object))
         cols["seed"].append(np.full(n, o.seed, np.int64))
         cols["status"].append(np.full(n, o.status_text, dtype=object))
+        reasons = o.config.rejection_reasons(r["input_tokens"])
+        cols["reason"].append(np.where(r["terminal"] == "rejected", reasons, "").astype(object))
         for c in _COLUMNS:
-            if c not in ("config", "seed", "status"):
+            if c not in ("config", "seed", "status", "reason"):
                 cols[c].append(r[c])
     return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
 
@@ -126,6 +138,21 @@ def _timeline_table(outcomes):
     return pa.concat_tables(parts) if parts else pa.table({"config": []})
 
 
+def rejection_lines(outcomes, show: int = 5) -> list[str]:
+    """One line per configuration with rejected requests: how many, and the first few by trace row with the reason."""
+    lines = []
+    for o in outcomes:
+        rej = o.requests["terminal"] == "rejected"
+        if o.seed != outcomes[0].seed or not rej.any():
+            continue
+        reasons = o.config.rejection_reasons(o.requests["input_tokens"])
+        idx = np.flatnonzero(rej)
+        named = "; ".join(f"row {int(o.requests['row'][i]) + 1}: {reasons[i] or 'rejected'}" for i in idx[:show])
+        more = f"; and {idx.size - show} more (column 'reason')" if idx.size > show else ""
+        lines.append(f"{o.config.name}: {idx.size} request(s) rejected: {named}{more}")
+    return lines
+
+
 def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -154,7 +181,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(..., "--output", "-o", help="Per-request results (parquet)."),
         sweep: Optional[Path] = typer.Option(None, "--sweep", help="Sweep spec (TOML): replay every valid binding of it."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
-        seeds: int = typer.Option(1, "--seeds", min=1, help="Replays per configuration with seeds seed..seed+N-1 (stochastic acceptance)."),
+        seeds: int = typer.Option(1, "--seeds", help="Replays per configuration with seeds seed..seed+N-1 (stochastic acceptance)."),
         seed: int = typer.Option(0, "--seed", help="First seed."),
         timeline: bool = typer.Option(False, "--timeline", help="Also write per-pass records to OUTPUT with suffix .timeline.parquet."),
         trace_format: Optional[str] = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
@@ -165,6 +192,7 @@ def register(app: typer.Typer) -> None:
         sla_e2e_ms: Optional[float] = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON instead of a table."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr (terminals only)."),
+        allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support or completed nothing (default: exit 3)."),
     ) -> None:
         from jaxsim.replay.batch import config_from_binding, run_replays
         from jaxsim.replay.metrics import SLA
@@ -172,6 +200,14 @@ def register(app: typer.Typer) -> None:
 
         if (config is None) == (sweep is None):
             fail("give a deployment CONFIG or --sweep SPEC (exactly one)")
+        limits.check("seeds", seeds, "--seeds")
+        limits.check("seed", seed, "--seed")
+        limits.check("time_scale", time_scale, "--time-scale")
+        if max_requests is not None:
+            limits.check("requests", max_requests, "--max-requests")
+        for opt, v in (("--sla-ttft-ms", sla_ttft_ms), ("--sla-tpot-ms", sla_tpot_ms), ("--sla-e2e-ms", sla_e2e_ms)):
+            if v is not None:
+                limits.check("ms", v, opt)
         tl_path = output.with_name(output.stem + ".timeline.parquet")
         refuse_overwrite(output, force)
         if timeline:
@@ -206,14 +242,20 @@ def register(app: typer.Typer) -> None:
             import pyarrow.parquet as pq
 
             pq.write_table(_timeline_table(outcomes), tl_path, compression="zstd")
-        stopped = [s for s in summaries if s["status"] != "completed"]
-        if stopped:
-            first = stopped[0]
-            where = f" at {first['stopped_at']}" if first["stopped_at"] else ""
-            typer.echo(f"warning: {len(stopped)} of {len(summaries)} replays did not complete "
-                       f"(first: {first['config']} seed {first['seed']}: {first['status']}{where})", err=True)
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "replays": summaries}, indent=1))
         else:
             _print_summary(summaries, tr.name, len(tr))
             typer.echo(f"wrote {output}" + (f" and {tl_path}" if timeline else ""))
+        for line in rejection_lines(outcomes):
+            typer.echo(f"warning: {line}", err=True)
+        incomplete = [s for s in summaries if s["status"] != "completed" or not s["completed_requests"]]
+        if incomplete:
+            first = incomplete[0]
+            why = first["status"] if first["status"] != "completed" else "completed no request"
+            where = f" at {first['stopped_at']}" if first["stopped_at"] else ""
+            typer.echo(f"{'warning' if allow_incomplete else 'incomplete'}: {len(incomplete)} of {len(summaries)} replays did not "
+                       f"complete the trace (first: {first['config']} seed {first['seed']}: {why}{where})"
+                       + ("" if allow_incomplete else f"; exit {EXIT_INCOMPLETE} (--allow-incomplete exits 0)"), err=True)
+            if not allow_incomplete:
+                raise typer.Exit(EXIT_INCOMPLETE)

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
+from jaxsim import limits
 from jaxsim.cli.common import fail, guarded, refuse_overwrite
 
 SYNTH_HELP = """Write a synthetic request trace (plain CSV: arrival_ms, input_length, output_length).
@@ -42,7 +43,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def synth_cmd(
         output: Path = typer.Option(..., "--output", "-o", help="Trace file to write (.csv)."),
-        n: int = typer.Option(200, "--n", min=1, help="Number of requests."),
+        n: int = typer.Option(200, "--n", help="Number of requests."),
         rate: float = typer.Option(1.0, "--rate", help="Mean arrival rate, requests/s."),
         cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of inter-arrival times (1 = Poisson)."),
         isl: str = typer.Option("fixed:1024", "--isl", help="Input length spec (tokens)."),
@@ -52,10 +53,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from jaxsim.replay.traces import gamma_trace, write_trace_csv
 
-        if not (np.isfinite(rate) and rate > 0):
-            fail(f"--rate must be a finite number of requests/s > 0 (got {rate})")
-        if not (np.isfinite(cv) and cv > 0):
-            fail(f"--cv must be finite and > 0 (got {cv})")
+        limits.check("requests", n, "--n")
+        limits.check("rate", rate, "--rate")
+        limits.check("rate", cv, "--cv")
+        limits.check("seed", seed, "--seed")
         if output.suffix.lower() != ".csv":
             fail(f"{output}: synthetic traces are written as plain CSV; use a .csv file name")
         refuse_overwrite(output, force)

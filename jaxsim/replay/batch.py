@@ -180,6 +180,21 @@ class ReplayConfig:
     def stochastic(self) -> bool:
         return is_stochastic(np.asarray(self.accept_rates)[: self.nextn])
 
+    def rejection_reasons(self, input_tokens) -> np.ndarray:
+        """Why each request would be rejected ('' when a worker can run it): the plain-numpy twin of
+        :func:`jaxsim.replay.engine.accepted_mask` applied to every pool the request passes through."""
+        inp = np.asarray(input_tokens, np.int64)
+        out = np.full(inp.shape, "", dtype=object)
+        for role, pool in zip(("",) if self.aggregated is not None else ("prefill ", "decode "), self.pools):
+            blocks = (inp + pool.block_size - 1) // pool.block_size
+            too_long = (inp >= pool.max_model_len) & (out == "")
+            for i in np.flatnonzero(too_long):
+                out[i] = f"{role}prompt of {int(inp[i]):,} tokens >= max_model_len {pool.max_model_len:,}"
+            too_big = (blocks > pool.num_gpu_blocks) & (out == "")
+            for i in np.flatnonzero(too_big):
+                out[i] = f"{role}prompt needs {int(blocks[i]):,} KV blocks > the pool's {pool.num_gpu_blocks:,}"
+        return out
+
 
 def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
     if rb.kv.num_gpu_blocks is None:

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from jaxsim import limits
 from jaxsim.errors import QueryError
 
 FORMATS = ("azure", "mooncake", "csv", "jsonl")
@@ -99,12 +100,16 @@ def make_trace(name: str, arrival_ms, input_tokens, output_tokens, *, source: st
     out = np.asarray(output_tokens).reshape(-1)
     if not (arr.shape == inp.shape == out.shape):
         raise QueryError(f"{name}: arrival_ms, input_length and output_length differ in length")
+    if arr.size > limits.LIMITS["requests"].hi:
+        raise QueryError(f"{name}: {arr.size:,} requests; at most {int(limits.LIMITS['requests'].hi):,} (docs/limits.md)")
+    hi = limits.LIMITS["tokens"].hi
     for label, col in (("input_length", inp), ("output_length", out)):
-        bad = ~np.isfinite(col.astype(np.float64)) | (col.astype(np.float64) != np.round(col.astype(np.float64))) | (col < 1)
+        f = col.astype(np.float64)
+        bad = ~np.isfinite(f) | (f != np.round(f)) | (f < 1) | (f > hi)
         if bad.any():
             i = int(np.argmax(bad))
             v = col[i].item() if hasattr(col[i], "item") else col[i]
-            raise QueryError(f"{name}: row {i + 1}: {label}={v!r} must be an integer >= 1")
+            raise QueryError(f"{name}: row {i + 1}: {label}={v!r} must be an integer in 1..{int(hi):,} (docs/limits.md)")
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         i = int(np.argmax(bad))
@@ -348,6 +353,11 @@ def sample_lengths(spec, n: int, rng: np.random.Generator, *, what: str = "lengt
         raise QueryError(f"{what}: {spec!r}: unknown distribution (fixed, uniform, normal, lognormal, exponential)")
     if len(vals) != arity[kind] or not all(math.isfinite(v) for v in vals):
         raise QueryError(f"{what}: {spec!r}: {kind} takes {arity[kind]} finite argument(s)")
+    hi = limits.LIMITS["tokens"].hi
+    if kind in ("fixed", "uniform") and not all(1 <= v <= hi and float(v).is_integer() for v in vals):
+        raise QueryError(f"{what}: {spec!r}: {kind} lengths must be integers in 1..{int(hi):,} tokens (docs/limits.md)")
+    if kind in ("normal", "lognormal", "exponential") and not 1 <= vals[0] <= hi:
+        raise QueryError(f"{what}: {spec!r}: the mean must be in 1..{int(hi):,} tokens (docs/limits.md)")
     if kind == "fixed":
         x = np.full(n, vals[0])
     elif kind == "uniform":
@@ -366,7 +376,7 @@ def sample_lengths(spec, n: int, rng: np.random.Generator, *, what: str = "lengt
         if vals[0] <= 0:
             raise QueryError(f"{what}: {spec!r}: exponential needs MEAN > 0")
         x = rng.exponential(vals[0], size=n)
-    return np.maximum(np.round(x), 1).astype(np.int64)
+    return np.clip(np.round(x), 1, hi).astype(np.int64)  # normal/lognormal/exponential tails are cut to 1..hi
 
 
 def _interarrivals(n: int, rate_rps: float, cv: float, rng: np.random.Generator) -> np.ndarray:
@@ -389,8 +399,7 @@ def gamma_trace(
 ) -> Trace:
     """``n`` requests with gamma inter-arrival times (mean 1/rate, coefficient of variation ``cv``;
     cv = 1 is Poisson, > 1 burstier) and sampled lengths; numpy RNG seeded by ``seed``."""
-    if int(n) < 1:
-        raise QueryError(f"n={n} must be >= 1")
+    limits.check("requests", n, "n", QueryError)
     rng = np.random.default_rng(seed)
     gaps = _interarrivals(int(n), float(rate_rps), float(cv), rng)
     arr = np.concatenate([[0.0], np.cumsum(gaps[1:])])

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import binding as bd
+from jaxsim import limits
 from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels import acceptance as acc
@@ -151,7 +152,7 @@ class _R:
                 raise self.err(f"{path}.{k}" if path else k, f"unknown key (allowed: {', '.join(allowed)})")
         return v
 
-    def ints(self, v: Any, path: str, lo: int = 1, allow: tuple[str, ...] = ()) -> tuple:
+    def ints(self, v: Any, path: str, lo: int = 1, allow: tuple[str, ...] = (), limit: str | None = None) -> tuple:
         items = v if isinstance(v, list) else [v]
         if not items:
             raise self.err(path, "must not be empty")
@@ -165,6 +166,8 @@ class _R:
                 raise self.err(where, f"expected an integer{extra}, got {x!r}")
             elif x < lo:
                 raise self.err(where, f"must be >= {lo} (got {x})")
+            elif limit is not None and (msg := limits.problem(limit, x)) is not None:
+                raise self.err(where, msg + " (docs/limits.md)")
             else:
                 out.append(x)
         return tuple(dict.fromkeys(out))
@@ -222,11 +225,11 @@ def _acceptance(r: _R, v: Any, path: str) -> Acceptance:
 def _ratio(r: _R, v: Any, path: str) -> tuple[int, int]:
     if isinstance(v, str) and v.count(":") == 1:
         a, b = v.split(":")
-        if a.strip().isdigit() and b.strip().isdigit() and int(a) >= 1 and int(b) >= 1:
+        if a.strip().isdigit() and b.strip().isdigit() and 1 <= int(a) <= 1024 and 1 <= int(b) <= 1024:
             return int(a), int(b)
-    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v):
+    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
-    raise r.err(path, f"expected 'x:y' with x prefill and y decode workers (>= 1), got {v!r}")
+    raise r.err(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
 
 
 def _trace_workload(r: _R, d: dict, path: str, base_dir: Path | None) -> tuple[list, list, list]:
@@ -277,8 +280,8 @@ def _workloads(r: _R, raw: Any, base_dir: Path | None) -> tuple[Workload, ...]:
             raise r.err(path, "give isl + osl, or requests = [[isl, osl, weight], ...], or trace = NAME|PATH")
         name = r.str(d.get("name", f"workload{i}"), f"{path}.name")
         if "isl" in d:
-            isls = r.ints(d["isl"], f"{path}.isl")
-            osls = r.ints(d["osl"], f"{path}.osl")
+            isls = r.ints(d["isl"], f"{path}.isl", limit="tokens")
+            osls = r.ints(d["osl"], f"{path}.osl", limit="tokens")
             for a in isls:
                 for b in osls:
                     nm = name if len(isls) == len(osls) == 1 else f"{name}-{a}x{b}"
@@ -293,8 +296,8 @@ def _workloads(r: _R, raw: Any, base_dir: Path | None) -> tuple[Workload, ...]:
                 where = f"{path}.requests[{j}]"
                 if not isinstance(row, list) or len(row) != 3:
                     raise r.err(where, f"expected [isl, osl, weight], got {row!r}")
-                isl.append(r.ints(row[0], f"{where}[0]")[0])
-                osl.append(r.ints(row[1], f"{where}[1]")[0])
+                isl.append(r.ints(row[0], f"{where}[0]", limit="tokens")[0])
+                osl.append(r.ints(row[1], f"{where}[1]", limit="tokens")[0])
                 w.append(r.num(row[2], f"{where}[2]", strict=True))
         else:
             isl, osl, w = _trace_workload(r, d, path, base_dir)
@@ -325,7 +328,7 @@ def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: 
         if "name" not in p:
             raise r.err(f"profile[{i}].name", "required (a bundled profile name or a profile directory)")
         ref = r.str(p["name"], f"profile[{i}].name")
-        tp = r.ints(p["tp"], f"profile[{i}].tp") if "tp" in p else None
+        tp = r.ints(p["tp"], f"profile[{i}].tp", limit="parallel") if "tp" in p else None
         profiles.append(ProfileAxis(ref, tp, r.str(p.get("label", Path(ref).name or ref), f"profile[{i}].label")))
     serving = r.table(d.get("serving", {}), "serving", ("mode", "ratios"))
     modes = serving.get("mode", ["aggregated"])
@@ -349,21 +352,25 @@ def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: 
     sch = r.table(d.get("scheduler", {}), "scheduler", ("concurrency", "max_num_seqs", "max_num_batched_tokens"))
     if "concurrency" not in sch:
         raise r.err("scheduler.concurrency", "required: target concurrency per (decode) worker, e.g. [1, 8, 32]")
-    conc = r.ints(sch["concurrency"], "scheduler.concurrency")
-    mns = tuple(None if x == RECORDED else x for x in r.ints(sch.get("max_num_seqs", [RECORDED]), "scheduler.max_num_seqs", allow=(RECORDED,)))
+    conc = r.ints(sch["concurrency"], "scheduler.concurrency", limit="max_num_seqs")
+    mns = tuple(None if x == RECORDED else x for x in r.ints(sch.get("max_num_seqs", [RECORDED]), "scheduler.max_num_seqs",
+                                                                allow=(RECORDED,), limit="max_num_seqs"))
     mbt = tuple(
         None if x == RECORDED else x
-        for x in r.ints(sch.get("max_num_batched_tokens", [RECORDED]), "scheduler.max_num_batched_tokens", allow=(RECORDED,))
+        for x in r.ints(sch.get("max_num_batched_tokens", [RECORDED]), "scheduler.max_num_batched_tokens", allow=(RECORDED,),
+                        limit="tokens")
     )
     sla_raw = r.table(d.get("sla", {}), "sla", ("max_ttft_ms", "max_tpot_ms", "min_tokens_per_s_per_user"))
     sla = SlaSpec(**{k: r.num(v, f"sla.{k}", strict=k != "min_tokens_per_s_per_user") for k, v in sla_raw.items()})
     budget = d.get("gpu_budget")
     if budget is not None:
-        budget = r.ints(budget, "gpu_budget")[0]
-    block = r.ints(d.get("block_size", DEFAULT_BLOCK_SIZE), "block_size")[0]
+        budget = r.ints(budget, "gpu_budget", limit="gpus")[0]
+    block = r.ints(d.get("block_size", DEFAULT_BLOCK_SIZE), "block_size", limit="block_size")[0]
     link = d.get("kv_transfer_gbps")
     if link is not None:
         link = r.num(link, "kv_transfer_gbps", strict=True)
+        if (msg := limits.problem("gbps", link)) is not None:
+            raise r.err("kv_transfer_gbps", msg)
     return SweepSpec(
         name=r.str(d.get("name", Path(source).stem), "name"),
         profiles=tuple(profiles),
