@@ -40,6 +40,23 @@ Example:
 """
 
 
+OP_MODEL_HELP = """Price a MODELLED profile directory with NVIDIA aiconfigurator's op-level forward-pass model (needs the
+optional extra: pip install -e '.[opmodel]').
+
+MODEL is a model id whose config ships with aiconfigurator-core (see --list-models), SYSTEM a GPU with op-level
+vLLM data (see --list-systems). One deployment per --tp: decode curves over a batch x per-request KV grid up to
+the modelled KV pool / max_model_len, prefill rows for batches 1..--max-prefill-batch over a new-token x
+cached-prefix grid up to --max-num-batched-tokens (chunked prefill with prefix reads), resources (KV bytes per
+token, pool at --gpu-memory-utilization) from the op model's memory estimate. With --nextn K --draft-config
+FILE the rows are EAGLE-3 rounds (the target's K+1-token verify pass plus K draft decode steps; the op model
+has no native EAGLE-3 path). Every number is labelled data_source "modelled".
+
+Example:
+
+  jaxsim import op-model meta-llama/Meta-Llama-3.1-70B --system b200_sxm --tp 2,4,8 --output profiles/llama70-b200
+"""
+
+
 def _print_summary(title: str, lines: list[tuple[str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -147,3 +164,52 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(summary, indent=1))
         else:
             _print_summary(f"Imported {directory} -> {output}", [(k, str(v)) for k, v in summary.items()])
+
+    @group.command("op-model", help=OP_MODEL_HELP)
+    @guarded
+    def op_model_cmd(
+        model: Optional[str] = typer.Argument(None, help="Model id, e.g. Qwen/Qwen3-32B (see --list-models)."),
+        system: Optional[str] = typer.Option(None, "--system", help="GPU, e.g. h200_sxm (see --list-systems)."),
+        tp: str = typer.Option("1", "--tp", help="Comma-separated tensor-parallel sizes, e.g. 1,2,4,8."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile directory to write."),
+        backend_version: Optional[str] = typer.Option(None, "--backend-version", help="Op-model vLLM database version (default: its current one)."),
+        kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="bfloat16, fp8 or int8 (default: the model's)."),
+        gemm_quant_mode: Optional[str] = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: the model's)."),
+        gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM memory fraction for the KV pool."),
+        max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Serving max sequences (decode batch grid bound)."),
+        max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Serving token budget (prefill token bound)."),
+        max_prefill_batch: int = typer.Option(16, "--max-prefill-batch", help="Prefill rows for batches 1..this."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: the model's context length)."),
+        nextn: int = typer.Option(0, "--nextn", help="Draft tokens per speculative round, 1..5 (0: autoregressive)."),
+        draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="EAGLE-3 draft model config.json (with --nextn)."),
+        list_models: bool = typer.Option(False, "--list-models", help="List the op model's models and exit."),
+        list_systems: bool = typer.Option(False, "--list-systems", help="List the op model's systems and exit."),
+        force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        from jaxsim.errors import JaxsimError
+        from jaxsim.importers import op_model as om
+
+        if list_models or list_systems:
+            typer.echo("\n".join(om.known_models() if list_models else om.known_systems()))
+            return
+        if model is None or system is None or output is None:
+            raise JaxsimError("MODEL, --system and --output are required (or --list-models / --list-systems)")
+        refuse_overwrite(output, force)
+        req = om.OpModelRequest(
+            model=model, system=system, tp=om.parse_tp_list(tp), backend_version=backend_version,
+            kv_cache_dtype=kv_cache_dtype, gemm_quant_mode=gemm_quant_mode, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch,
+            max_model_len=max_model_len, num_draft_tokens=nextn, draft_config=draft_config,
+        )
+        result = om.import_op_model(req)
+        om.write_op_model(output, result, force=True)
+        summary = {"output": str(output), **result.summary}
+        if as_json:
+            typer.echo(json.dumps(summary, indent=1))
+        else:
+            lines = [(k, str(v)) for k, v in summary.items() if k != "cells"]
+            for c in result.summary["cells"]:
+                lines.append((f"tp={c['tp']}", f"{c['decode_rows']} decode rows ({c['decode_curves']} curves), "
+                              f"{c['prefill_rows']} prefill rows, pool {c['kv_pool_tokens']} tokens, {c['seconds']} s"))
+            _print_summary(f"Imported op model {model} on {system} -> {output}", lines)

@@ -1,0 +1,547 @@
+"""MODELLED profiles from NVIDIA aiconfigurator's op-level forward-pass model (optional extra ``opmodel``).
+
+aiconfigurator-core (Apache-2.0) prices one engine iteration from op-level silicon data (GEMM, attention,
+communication tables measured per GPU) for ~100 model configs on ~15 GPUs. This importer asks it for the
+latency of every table row of a schema-7 profile and writes the result as a ``modelled`` profile:
+
+* decode: one curve per batch of a batch grid (every batch up to 32, then 1/8-octave steps up to
+  ``max_num_seqs``; jaxsim interpolates between covering batch curves), each over a per-request context grid
+  (1 and 1/2-octave steps up to ``min(max_model_len, pool / batch)``); row (b, b x s) = the op model's decode
+  step of ``b`` requests each with ``s`` past tokens (``decode_step_latency(b, s, osl=0)``, attention over
+  ``s + 1`` positions);
+* prefill: every batch 1..``max_prefill_batch``, each over a per-request new-token grid (1..``max_num_batched_
+  tokens / b``) x cached-prefix grid (0 and 1/2-octave steps up to ``max_model_len``); row (b, b x t, b x p)
+  = ``predict_prefill_latency(b, isl=t + p, prefix=p)`` (chunked prefill with prefix reads);
+* speculative rounds (EAGLE-3, ``--draft-config``): the op model has no EAGLE-3 path, so a round at
+  (b, k) = the target's verify pass of K+1 tokens per request (``mixed``-free prefill-shaped pass priced as
+  the decode step of ``b x (K+1)`` query tokens over the same context, see :func:`round_latency_ms`) plus K
+  decode steps of the draft model at the same batch and context;
+* resources: KV bytes/token and the KV pool at ``gpu_memory_utilization`` from the op model's memory
+  estimate (weights, activations and runtime overhead subtracted), stated as modelled.
+
+Everything here is lazily imported: jaxsim works without the extra, and this module's entry points raise a
+one-line install hint when aiconfigurator-core is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+import jaxsim
+from jaxsim.errors import JaxsimError
+from jaxsim.importers.fpm_log import BinnedRows, LogIdentity, build_deployment, merge_columns, table_columns, write_profile_dir
+from jaxsim.profile.model import (
+    FMHA_QUANT_MODES,
+    GEMM_QUANT_MODES,
+    KV_CACHE_DTYPES,
+    ExecutionProfile,
+    ModelProfile,
+)
+from jaxsim.profile.table import AR_POLICY, SD_POLICY
+
+INSTALL_HINT = "aiconfigurator-core is not installed: pip install -e '.[opmodel]' (or pip install aiconfigurator-core==0.12.0)"
+PINNED_VERSION = "0.12.0"
+BACKEND = "vllm"
+DATA_SOURCE = "modelled"
+
+DENSE_BATCH_LIMIT = 32
+BATCH_STEPS_PER_OCTAVE = 8
+CONTEXT_STEPS_PER_OCTAVE = 2
+PREFILL_TOKEN_STEPS_PER_OCTAVE = 4
+PREFILL_PREFIX_STEPS_PER_OCTAVE = 2
+MIN_PREFIX_TOKENS = 16
+
+
+class OpModelError(JaxsimError):
+    """Bad input for the op-model importer (one line, exit 2)."""
+
+
+def _aic():
+    """Import aiconfigurator-core (the pinned version) or raise the install hint."""
+    try:
+        import aiconfigurator_core  # noqa: F401
+        from aiconfigurator_core.sdk import engine, memory, perf_database
+    except ImportError:
+        raise OpModelError(INSTALL_HINT) from None
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    return engine, memory, perf_database
+
+
+def aic_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aiconfigurator-core")
+    except PackageNotFoundError:
+        raise OpModelError(INSTALL_HINT) from None
+
+
+# ----------------------------------------------------------------------------------------------------
+# catalogue
+
+
+def _configs_dir() -> Path:
+    _aic()
+    import aiconfigurator_core
+
+    return Path(aiconfigurator_core.__file__).parent / "model_configs"
+
+
+def known_models() -> tuple[str, ...]:
+    """Model ids whose config.json ships with aiconfigurator-core (``Org/Name``)."""
+    names = []
+    for p in _configs_dir().glob("*_config.json"):
+        stem = p.name[: -len("_config.json")]
+        if stem.endswith("_hf_quant"):
+            continue
+        names.append(stem.replace("--", "/", 1))
+    return tuple(sorted(names))
+
+
+def known_systems() -> tuple[str, ...]:
+    """Systems with op-level data for the vLLM backend."""
+    import aiconfigurator_core
+
+    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    return tuple(sorted(p.name for p in data.iterdir() if (p / "gemm" / BACKEND).is_dir()))
+
+
+def _model_config(model: str) -> tuple[dict, Path]:
+    path = _configs_dir() / f"{model.replace('/', '--')}_config.json"
+    if "/" not in model or not path.is_file():
+        close = [m for m in known_models() if model.split("/")[-1].lower() in m.lower()][:5]
+        hint = f" (did you mean {', '.join(close)}?)" if close else f" ({len(known_models())} known; see `jaxsim import op-model --list-models`)"
+        raise OpModelError(f"unknown model {model!r}: aiconfigurator-core {aic_version()} ships no config for it{hint}")
+    return json.loads(path.read_text(encoding="utf-8")), path
+
+
+def _text_config(cfg: dict) -> dict:
+    return cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+
+
+def _resolve_version(system: str, backend_version: str | None) -> str:
+    _, _, perf_database = _aic()
+    if system not in known_systems():
+        raise OpModelError(f"unknown system {system!r}: no op-level vLLM data (known: {', '.join(known_systems())})")
+    slots = perf_database.get_version_slots(system, BACKEND)
+    allowed = {v for v in (slots or {}).values() if v}
+    requested = backend_version or "current"
+    if requested in ("current", "previous", "next") and requested in (slots or {}) and slots[requested]:
+        return str(slots[requested])
+    if requested not in allowed:
+        raise OpModelError(
+            f"unknown backend version {requested!r} for {system}/vllm: the op model has {', '.join(sorted(allowed)) or 'none'}"
+        )
+    return requested
+
+
+# ----------------------------------------------------------------------------------------------------
+# grids
+
+
+def _geometric(lo: int, hi: int, per_octave: int) -> list[int]:
+    """Integers lo, lo*2^(1/n), ... <= hi (rounded, unique), always ending on hi."""
+    if hi < lo:
+        return []
+    out, x = [], float(lo)
+    ratio = 2.0 ** (1.0 / per_octave)
+    while x < hi:
+        out.append(int(round(x)))
+        x *= ratio
+    out.append(hi)
+    return sorted(set(out))
+
+
+def decode_batch_grid(max_num_seqs: int) -> np.ndarray:
+    """Every batch up to 32, then 1/8-octave steps, ending on ``max_num_seqs``."""
+    dense = list(range(1, min(DENSE_BATCH_LIMIT, max_num_seqs) + 1))
+    return np.array(sorted(set(dense + _geometric(DENSE_BATCH_LIMIT, max_num_seqs, BATCH_STEPS_PER_OCTAVE))), np.int64)
+
+
+def context_grid(cap: int) -> np.ndarray:
+    """Per-request past-KV grid for one decode curve: 1, then 1/2-octave steps up to ``cap``."""
+    return np.array(_geometric(1, max(1, cap), CONTEXT_STEPS_PER_OCTAVE), np.int64)
+
+
+def prefill_token_grid(cap: int) -> np.ndarray:
+    return np.array(_geometric(1, max(1, cap), PREFILL_TOKEN_STEPS_PER_OCTAVE), np.int64)
+
+
+def prefill_prefix_grid(cap: int) -> np.ndarray:
+    return np.array([0] + _geometric(MIN_PREFIX_TOKENS, cap, PREFILL_PREFIX_STEPS_PER_OCTAVE), np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------
+# request and engine
+
+
+@dataclass(frozen=True)
+class OpModelRequest:
+    """Everything one import needs (CLI options, validated by :func:`resolve_request`)."""
+
+    model: str
+    system: str
+    tp: tuple[int, ...]
+    backend_version: str | None = None
+    kv_cache_dtype: str | None = None
+    gemm_quant_mode: str | None = None
+    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_prefill_batch: int = 16
+    max_model_len: int | None = None
+    num_draft_tokens: int = 0
+    draft_config: Path | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    req: OpModelRequest
+    backend_version: str
+    config: dict
+    config_path: Path
+    config_sha256: str
+    architecture: str
+    context_length: int
+    max_model_len: int
+    num_experts: int
+    draft_dir: Path | None = None
+    draft_name: str | None = None
+    draft_sha1: str | None = None
+
+
+def resolve_request(req: OpModelRequest) -> ResolvedRequest:
+    """Validate the request against the op model's catalogue; OpModelError (one line) on bad input."""
+    _aic()
+    cfg, path = _model_config(req.model)
+    version = _resolve_version(req.system, req.backend_version)
+    text = _text_config(cfg)
+    arch = (cfg.get("architectures") or ["unknown"])[0]
+    heads = int(text.get("num_attention_heads") or 0)
+    kv_heads = int(text.get("num_key_value_heads") or heads or 0)
+    if not req.tp:
+        raise OpModelError("--tp: give at least one tensor-parallel size")
+    for tp in req.tp:
+        if tp < 1:
+            raise OpModelError(f"--tp: {tp} is not a positive tensor-parallel size")
+        if heads and heads % tp:
+            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {heads} attention heads")
+        if kv_heads and kv_heads % tp and tp % kv_heads:
+            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {kv_heads} KV heads (nor is a multiple of them)")
+    if req.gemm_quant_mode is not None and req.gemm_quant_mode not in GEMM_QUANT_MODES:
+        raise OpModelError(f"--gemm-quant-mode {req.gemm_quant_mode!r}: expected one of {', '.join(GEMM_QUANT_MODES)}")
+    if req.kv_cache_dtype is not None and req.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise OpModelError(f"--kv-cache-dtype {req.kv_cache_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
+    if not 0.0 < req.gpu_memory_utilization <= 1.0:
+        raise OpModelError(f"--gpu-memory-utilization must be in (0, 1] (got {req.gpu_memory_utilization})")
+    for name, v in (("--max-num-seqs", req.max_num_seqs), ("--max-num-batched-tokens", req.max_num_batched_tokens),
+                    ("--max-prefill-batch", req.max_prefill_batch)):
+        if v < 1:
+            raise OpModelError(f"{name} must be >= 1 (got {v})")
+    ctx = int(text.get("max_position_embeddings") or cfg.get("max_position_embeddings") or 0)
+    if ctx < 1:
+        raise OpModelError(f"{path.name}: no max_position_embeddings; pass --max-model-len")
+    mml = int(req.max_model_len or ctx)
+    if mml < 2:
+        raise OpModelError(f"--max-model-len must be >= 2 (got {mml})")
+    n_exp = int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts") or 0)
+    draft_dir = draft_name = draft_sha1 = None
+    if req.num_draft_tokens:
+        if not 1 <= req.num_draft_tokens <= 5:
+            raise OpModelError(f"--nextn must be in 1..5 (got {req.num_draft_tokens})")
+        if req.draft_config is None:
+            raise OpModelError(
+                "--nextn without --draft-config: only EAGLE-3 rounds can be written (the FPM schema has no MTP round "
+                "identity); pass the draft model's config.json"
+            )
+        draft_dir, draft_name, draft_sha1 = _draft(req.draft_config)
+    elif req.draft_config is not None:
+        raise OpModelError("--draft-config needs --nextn K (draft tokens per round, 1..5)")
+    return ResolvedRequest(
+        req, version, cfg, path, hashlib.sha256(path.read_bytes()).hexdigest(), arch, ctx, mml, n_exp,
+        draft_dir, draft_name, draft_sha1,
+    )
+
+
+def _draft(path: Path) -> tuple[Path, str, str]:
+    p = Path(path)
+    f = p / "config.json" if p.is_dir() else p
+    try:
+        raw = f.read_bytes()
+        cfg = json.loads(raw)
+    except OSError as e:
+        raise OpModelError(f"{f}: cannot read the draft config: {e.strerror or e}") from None
+    except ValueError as e:
+        raise OpModelError(f"{f}: not JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(cfg, dict) or not cfg.get("architectures"):
+        raise OpModelError(f"{f}: not a Hugging Face config.json (no architectures)")
+    d = Path(tempfile.mkdtemp(prefix="jaxsim-draft-"))
+    (d / "config.json").write_bytes(raw)
+    return d, str(cfg.get("_name_or_path") or f.parent.name or f.stem), hashlib.sha1(raw).hexdigest()
+
+
+class Engine:
+    """One compiled op-model engine (model, system, version, TP, precisions)."""
+
+    def __init__(self, model_path: str, system: str, version: str, tp: int, *, gemm: str | None, kv: str | None,
+                 fmha: str | None, nextn: int = 0):
+        engine, _, perf_database = _aic()
+        from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
+        from aiconfigurator_core.sdk.models import get_model
+
+        cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=tp, moe_ep_size=1,
+                                 gemm_quant_mode=gemm, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
+        apply_nextn(cfg, nextn)
+        try:
+            self.model = get_model(model_path, cfg, BACKEND)
+        except AssertionError as e:
+            raise OpModelError(f"{model_path} at tp={tp}: the op model refuses it: {e}") from None
+        database = engine._maybe_load_database(system, BACKEND, version, None)
+        if database is None:
+            raise OpModelError(f"{system}/vllm/{version}: the op model's database did not load")
+        spec = engine.build_engine_spec_json(self.model, model_path=model_path, system=system, backend=BACKEND,
+                                             backend_version=version, kv_block_size=None, systems_path=None,
+                                             nextn=cfg.nextn, database=database)
+        import aiconfigurator_core
+
+        self.handle = engine.EngineHandle(bytes(aiconfigurator_core.engine_spec_bincode_from_json(spec)))
+        mc = self.model.config
+        self.gemm = mc.gemm_quant_mode.name
+        self.kv = mc.kvcache_quant_mode.name
+        self.fmha = mc.fmha_quant_mode.name
+        self.moe = mc.moe_quant_mode.name if getattr(mc, "moe_quant_mode", None) is not None else "bfloat16"
+        self.comm = mc.comm_quant_mode.name if getattr(mc, "comm_quant_mode", None) is not None else "half"
+
+    def decode_ms(self, batch: int, context: int) -> float:
+        """One decode step: ``batch`` requests each with ``context`` past tokens."""
+        return float(self.handle.decode_step_latency(int(batch), int(context), 0))
+
+    def prefill_ms(self, batch: int, new_tokens: int, prefix: int) -> float:
+        """One prefill pass: ``batch`` requests each with ``new_tokens`` new and ``prefix`` cached tokens."""
+        return float(self.handle.predict_prefill_latency(int(batch), int(new_tokens + prefix), int(prefix)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# one cell
+
+
+@dataclass(frozen=True, eq=False)
+class CellResult:
+    tp: int
+    rows: BinnedRows
+    latency_decode: np.ndarray
+    kv_bytes_per_token: int
+    pool_tokens: int
+    memory: dict
+    engine_modes: dict
+    seconds: float
+    queries: int
+
+
+def _memory(r: ResolvedRequest, tp: int, eng: Engine) -> tuple[int, int, dict]:
+    _, memory, _ = _aic()
+    req = r.req
+    try:
+        est = memory.estimate_kv_cache(
+            req.model, req.system, BACKEND, r.backend_version, max_num_tokens=req.max_num_batched_tokens,
+            max_batch_size=req.max_num_seqs, memory_fraction_kind="of_total",
+            memory_fraction_value=req.gpu_memory_utilization, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
+            gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha,
+        )
+    except ValueError as e:
+        raise OpModelError(f"{req.model} tp={tp} on {req.system}: no KV pool: {str(e).splitlines()[0]}") from None
+    bpt = int(est["kv_size_per_token_bytes"])
+    tokens = int(est["total_kv_size_tokens"])
+    if tokens < 1 or bpt < 1:
+        raise OpModelError(f"{req.model} tp={tp} on {req.system}: weights leave no KV pool at "
+                           f"gpu_memory_utilization {req.gpu_memory_utilization:g}")
+    return bpt, tokens, dict(est.get("memory_breakdown") or {})
+
+
+def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
+    """Price every table row of one (model, system, TP) cell with the op model."""
+    t0 = time.perf_counter()
+    req = r.req
+    fmha = "fp8" if req.kv_cache_dtype == "fp8" else None
+    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=fmha)
+    bpt, pool, mem = _memory(r, tp, eng)
+    n = 0
+    db, dk, dl = [], [], []
+    for b in decode_batch_grid(min(req.max_num_seqs, pool)):
+        cap = min(r.max_model_len - 1, pool // int(b))
+        for s in context_grid(cap):
+            db.append(int(b))
+            dk.append(int(b) * int(s))
+            dl.append(eng.decode_ms(int(b), int(s)))
+            n += 1
+    pb, pt, pk, pl = [], [], [], []
+    for b in range(1, min(req.max_prefill_batch, req.max_num_batched_tokens, req.max_num_seqs) + 1):
+        t_cap = min(req.max_num_batched_tokens // b, r.max_model_len - 1)
+        for p in prefill_prefix_grid(r.max_model_len - 1):
+            for t in prefill_token_grid(t_cap):
+                pb.append(b)
+                pt.append(b * int(t))
+                pk.append(b * int(p))
+                pl.append(eng.prefill_ms(b, int(t), int(p)))
+                n += 1
+    i64 = lambda v: np.asarray(v, np.int64)  # noqa: E731
+    f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
+    rows = BinnedRows(i64(db), i64(dk), f64(dl), np.ones(len(db), np.int64), i64(pb), i64(pt), i64(pk), f64(pl),
+                      np.ones(len(pb), np.int64))
+    lat_dec = rows.decode_latency_ms
+    if req.num_draft_tokens:
+        lat_dec, n_extra = _speculative_rounds(r, tp, eng, rows)
+        n += n_extra
+    modes = {"gemm_quant_mode": eng.gemm, "kv_cache_dtype": eng.kv, "fmha_quant_mode": eng.fmha,
+             "moe_quant_mode": eng.moe, "comm_quant_mode": eng.comm}
+    return CellResult(tp, rows, lat_dec, bpt, pool, mem, modes, time.perf_counter() - t0, n)
+
+
+def round_latency_ms(verify_ms: float, draft_step_ms: float, num_draft_tokens: int) -> float:
+    """One EAGLE-3 round: the target's (K+1)-token verify pass plus K draft decode steps."""
+    return verify_ms + num_draft_tokens * draft_step_ms
+
+
+def _speculative_rounds(r: ResolvedRequest, tp: int, eng: Engine, rows: BinnedRows) -> tuple[np.ndarray, int]:
+    """Round latency at every decode row (batch b, total past KV k): verify + K draft steps (module docstring)."""
+    k = r.req.num_draft_tokens
+    draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, 1, gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None,
+                   kv=eng.kv, fmha=eng.fmha)
+    out = np.empty(rows.decode_batch.size)
+    for i, (b, kv) in enumerate(zip(rows.decode_batch.tolist(), rows.decode_kv.tolist())):
+        s = kv // b
+        verify = eng.prefill_ms(b, k + 1, s)
+        out[i] = round_latency_ms(verify, draft.decode_ms(b, s), k)
+    return out, 2 * int(rows.decode_batch.size)
+
+
+# ----------------------------------------------------------------------------------------------------
+# profile
+
+
+@dataclass(frozen=True, eq=False)
+class OpModelImport:
+    profile: ModelProfile
+    columns: dict
+    cells: tuple[CellResult, ...]
+    speculative: bool
+    summary: dict = field(default_factory=dict)
+
+
+def model_revision_placeholder(r: ResolvedRequest) -> str:
+    """First 40 hex digits of the sha256 of the op model's config.json (NOT a Hugging Face revision)."""
+    return r.config_sha256[:40]
+
+
+def import_op_model(req: OpModelRequest) -> OpModelImport:
+    """Price every TP of ``req`` and package one profile (nothing written)."""
+    r = resolve_request(req)
+    rev = model_revision_placeholder(r)
+    deps, parts, cells = [], [], []
+    for tp in req.tp:
+        c = price_cell(r, tp)
+        cells.append(c)
+        m = c.engine_modes
+        ident = LogIdentity(
+            model=req.model, model_revision=rev, architecture=r.architecture, system=req.system,
+            backend_version=r.backend_version, tp=tp, context_length=r.context_length, num_experts=r.num_experts,
+            gemm_quant_mode=m["gemm_quant_mode"], moe_quant_mode=m["moe_quant_mode"] if r.num_experts else "bfloat16",
+            fmha_quant_mode=m["fmha_quant_mode"] if m["fmha_quant_mode"] in FMHA_QUANT_MODES else "bfloat16",
+            comm_quant_mode=m["comm_quant_mode"], kv_cache_dtype=m["kv_cache_dtype"], kv_bytes_per_token=c.kv_bytes_per_token,
+            kv_cache_tokens=c.pool_tokens, gpu_memory_utilization=req.gpu_memory_utilization, max_model_len=r.max_model_len,
+            max_num_tokens=req.max_num_batched_tokens, max_batch_size=req.max_num_seqs,
+        )
+        mem = ", ".join(f"{k} {v}" for k, v in c.memory.items())
+        dep = build_deployment(
+            ident,
+            resources_provenance=f"MODELLED: scheduler envelope max_num_batched_tokens={req.max_num_batched_tokens}, "
+            f"max_num_seqs={req.max_num_seqs} as requested; KV geometry from aiconfigurator-core {aic_version()}'s memory model",
+            memory_provenance=f"MODELLED KV pool (not observed): aiconfigurator-core {aic_version()} memory estimate at "
+            f"gpu_memory_utilization {req.gpu_memory_utilization:g} of {req.system}: {c.pool_tokens} tokens x "
+            f"{c.kv_bytes_per_token} B/token (rank-local); {mem}",
+        )
+        if req.num_draft_tokens:
+            from dataclasses import replace
+
+            ep = ExecutionProfile("speculative_round", "eagle3", req.num_draft_tokens, r.draft_name, r.draft_sha1, "model_step_cuda")
+            dep = replace(dep, execution_profile=ep)
+        deps.append(dep)
+        cols = table_columns(dep, model=req.model, model_revision=rev, binned=c.rows,
+                             cell_id=f"opmodel-{req.system}-tp{tp}", latency_decode=c.latency_decode)
+        n = len(cols["latency_ms"])
+        cols["model_support_level"] = [DATA_SOURCE] * n
+        cols["timing_boundary"] = ["aiconfigurator_op_model"] * n
+        cols["aic_database_version"] = [r.backend_version] * n
+        cols["measurement_reduction"] = ["single_sample"] * n
+        cols.pop("source_sample_count")
+        parts.append(cols)
+    spec = ""
+    if req.num_draft_tokens:
+        spec = (
+            f" Speculative rounds (EAGLE-3, K={req.num_draft_tokens}, draft config {r.draft_name}, sha1 {r.draft_sha1}): "
+            "the op model has no EAGLE-3 path, so each round at (b, k) = the target's prefill-shaped verify pass of K+1 "
+            "tokens per request over k/b cached tokens + K decode steps of the draft model (TP1) at the same batch and "
+            "context; draft_revision is the sha1 of the draft config.json, not a Hub revision. Prefill rows are the "
+            "target's prefill only."
+        )
+    provenance = (
+        f"MODELLED, NOT MEASURED: every latency is aiconfigurator-core {aic_version()}'s op-level forward-pass model "
+        f"(Apache-2.0, NVIDIA; op-level silicon data of {req.system}, vLLM database {r.backend_version}) priced by jaxsim "
+        f"{jaxsim.__version__} (jaxsim.importers.op_model). Decode: batches 1..{DENSE_BATCH_LIMIT} and 1/"
+        f"{BATCH_STEPS_PER_OCTAVE}-octave steps to max_num_seqs, per-request past KV 1 and 1/{CONTEXT_STEPS_PER_OCTAVE}-octave "
+        f"steps to min(max_model_len, pool/batch) (decode_step_latency(b, s, osl=0)). Prefill: batches 1..{req.max_prefill_batch}, "
+        f"per-request new tokens 1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
+        f"and 1/{PREFILL_PREFIX_STEPS_PER_OCTAVE}-octave steps from {MIN_PREFIX_TOKENS} to max_model_len "
+        f"(predict_prefill_latency(b, t + p, p)). Resources from the op model's memory estimate.{spec} "
+        f"model_revision {rev} is a PLACEHOLDER: the first 40 hex digits of the sha256 of aiconfigurator-core's "
+        f"{r.config_path.name} for {req.model} (no Hugging Face revision is recorded)."
+    )
+    profile = ModelProfile(
+        schema_version=1, model=req.model, model_revision=rev, architecture=r.architecture,
+        context_length=r.context_length, num_experts=r.num_experts, provenance=provenance, deployments=tuple(deps),
+    )
+    profile = ModelProfile.from_dict(profile.to_dict(), source="op-model profile")
+    summary = {
+        "model": req.model, "system": req.system, "backend_version": r.backend_version, "data_source": DATA_SOURCE,
+        "cells": [
+            {"tp": c.tp, "seconds": round(c.seconds, 2), "queries": c.queries, "decode_rows": int(c.rows.decode_batch.size),
+             "decode_curves": int(np.unique(c.rows.decode_batch).size), "prefill_rows": int(c.rows.prefill_batch.size),
+             "kv_pool_tokens": c.pool_tokens, "kv_bytes_per_token": c.kv_bytes_per_token, **c.engine_modes}
+            for c in cells
+        ],
+    }
+    return OpModelImport(profile, merge_columns(parts), tuple(cells), bool(req.num_draft_tokens), summary)
+
+
+def write_op_model(output: str | os.PathLike, result: OpModelImport, *, force: bool = False) -> Path:
+    return write_profile_dir(
+        output, result.profile, result.columns, measurement_policy=SD_POLICY if result.speculative else AR_POLICY,
+        force=force, extra_sidecar={"provenance": f"{DATA_SOURCE}: aiconfigurator-core {aic_version()} op-level model; see profile.json"},
+    )
+
+
+def parse_tp_list(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise OpModelError(f"--tp {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+    if not out or len(set(out)) != len(out):
+        raise OpModelError(f"--tp {text!r}: expected distinct comma-separated integers, e.g. 1,2,4,8")
+    return out
+
+
+__all__: Sequence[str] = (
+    "INSTALL_HINT", "OpModelError", "OpModelImport", "OpModelRequest", "import_op_model", "known_models",
+    "known_systems", "parse_tp_list", "write_op_model", "decode_batch_grid", "context_grid", "prefill_token_grid",
+    "prefill_prefix_grid", "Engine", "resolve_request", "round_latency_ms",
+)

@@ -1,0 +1,125 @@
+"""``jaxsim import op-model``: MODELLED profiles priced by aiconfigurator-core's op-level model (extra ``opmodel``).
+
+Kept fast with small envelopes (--max-num-seqs, --max-num-batched-tokens, --max-model-len); every written
+profile goes through ``jaxsim profiles validate`` and its rows are compared with the op model itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from jaxsim.cli.main import app
+from jaxsim.importers import op_model as om
+from jaxsim.kernels import rounds, status
+from jaxsim.profile import load_profile_dir
+
+runner = CliRunner()
+SMALL = ["--max-num-seqs", "24", "--max-num-batched-tokens", "1024", "--max-model-len", "4096", "--max-prefill-batch", "3"]
+
+
+def _import(out: Path, model: str, system: str, tp: str, *extra: str):
+    r = runner.invoke(app, ["import", "op-model", model, "--system", system, "--tp", tp, "--output", str(out), "--json", *SMALL, *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output[r.output.index("{"):])
+
+
+@pytest.mark.parametrize(
+    "model,system,tp",
+    [("Qwen/Qwen3-32B", "h200_sxm", "1,2"), ("meta-llama/Meta-Llama-3.1-8B", "l40s", "1"), ("meta-llama/Meta-Llama-3.1-8B", "b200_sxm", "1,2")],
+)
+def test_import_writes_a_valid_modelled_profile(tmp_path, model, system, tp):
+    out = tmp_path / "p"
+    summary = _import(out, model, system, tp)
+    assert summary["data_source"] == "modelled" and [c["tp"] for c in summary["cells"]] == [int(x) for x in tp.split(",")]
+    r = runner.invoke(app, ["profiles", "validate", str(out)])
+    assert r.exit_code == 0 and r.output.strip().endswith(": ok"), r.output
+    bundle = load_profile_dir(out)
+    prof = bundle.profile
+    assert prof.model == model and "MODELLED" in prof.provenance
+    for dep, cell in zip(prof.deployments, summary["cells"]):
+        res = dep.resources
+        assert dep.system == system and res.runtime_memory is not None and "MODELLED" in res.runtime_memory.provenance
+        assert res.runtime_memory.kv_cache_bytes == cell["kv_pool_tokens"] * res.kv_bytes_per_token
+        assert res.max_batch_size == 24 and res.max_num_tokens == 1024
+        t = bundle.table_for(dep)
+        mine = t.column("tp") == dep.tp
+        kind = t.column("workload_kind")[mine]
+        b = t.column("batch_size")[mine]
+        assert sorted(set(b[kind == "decode"].tolist())) == list(range(1, 25))  # every batch up to max_num_seqs
+        assert sorted(set(b[kind == "prefill"].tolist())) == [1, 2, 3]
+        tok = t.column("total_prefill_tokens")[mine][kind == "prefill"]
+        kv = t.column("total_kv_read_tokens")[mine][kind == "prefill"]
+        assert tok.max() >= 1000 and (kv > 0).any() and (kv == 0).any()  # chunked prefill with prefix reads
+        assert set(t.column("model_support_level")[mine].tolist()) == {"modelled"}
+
+
+def test_rows_are_the_op_model_and_lookups_reproduce_them(tmp_path):
+    out = tmp_path / "p"
+    _import(out, "Qwen/Qwen3-32B", "h200_sxm", "1,2")
+    bundle = load_profile_dir(out)
+    r = om.resolve_request(om.OpModelRequest("Qwen/Qwen3-32B", "h200_sxm", (1,)))
+    lat = {}
+    for dep in bundle.profile.deployments:
+        eng = om.Engine("Qwen/Qwen3-32B", "h200_sxm", r.backend_version, dep.tp, gemm=None, kv=None, fmha=None)
+        table = rounds.compile_round_table(bundle.cell(dep))
+        d, c = rounds.decode_batch(table, np.array([8]), np.array([8 * 1024]))
+        p, cp = rounds.prefill_batch(table, np.array([2]), np.array([2 * 256]), np.array([0]))
+        assert status.is_supported(int(c[0])) and status.is_supported(int(cp[0]))
+        lat[dep.tp] = float(d[0])
+        # a lookup at a point between grid rows stays within 2 % of the op model priced there
+        assert abs(float(d[0]) / eng.decode_ms(8, 1024) - 1) < 0.02
+        assert abs(float(p[0]) / eng.prefill_ms(2, 256, 0) - 1) < 0.02
+        # nothing is extrapolated: beyond the modelled envelope the lookup is refused
+        _, c = rounds.decode_batch(table, np.array([25]), np.array([25 * 100]))
+        assert not status.is_supported(int(c[0]))
+    assert lat[2] < lat[1]  # TP2 splits the weights: a faster decode step
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["Qwen/Qwen3-99B", "--system", "h200_sxm"], "unknown model 'Qwen/Qwen3-99B'"),
+        (["Qwen/Qwen3-32B", "--system", "h900_sxm"], "unknown system 'h900_sxm'"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend-version", "0.1.0"], "unknown backend version '0.1.0'"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "3"], "--tp 3 does not divide"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "2"], "only EAGLE-3 rounds"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "7", "--draft-config", "x.json"], "--nextn must be in 1..5"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "1,x"], "comma-separated integers"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
+    out = tmp_path / "p"
+    r = runner.invoke(app, ["import", "op-model", *args, "--output", str(out), *SMALL])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output
+    assert not out.exists()
+
+
+def test_existing_output_is_never_overwritten(tmp_path):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--output", str(out), *SMALL])
+    assert r.exit_code == 2 and "exists" in r.output
+    assert (out / "keep.txt").read_text() == "mine" and not (out / "profile.json").exists()
+
+
+def test_catalogue_lists():
+    r = runner.invoke(app, ["import", "op-model", "--list-systems"])
+    assert r.exit_code == 0 and {"h200_sxm", "b200_sxm", "l40s"} <= set(r.output.split())
+    r = runner.invoke(app, ["import", "op-model", "--list-models"])
+    assert r.exit_code == 0 and "Qwen/Qwen3-32B" in r.output.split()
+
+
+def test_grids_are_monotone_and_end_on_their_bounds():
+    for n in (1, 7, 32, 33, 256, 1024):
+        g = om.decode_batch_grid(n)
+        assert g[0] == 1 and g[-1] == n and np.all(np.diff(g) > 0)
+    g = om.prefill_prefix_grid(4095)
+    assert g[0] == 0 and g[-1] == 4095 and np.all(np.diff(g) > 0)
