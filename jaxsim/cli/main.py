@@ -23,7 +23,7 @@ app = typer.Typer(
 )
 
 # Each command module exposes ``register(app)``; one module per command group.
-COMMAND_MODULES = ("cmd_round", "cmd_profiles", "cmd_import", "cmd_validate", "cmd_capacity", "cmd_sweep", "cmd_replay", "cmd_trace", "cmd_plot")
+COMMAND_MODULES = ("cmd_round", "cmd_profiles", "cmd_import", "cmd_validate", "cmd_capacity", "cmd_sweep", "cmd_replay", "cmd_trace", "cmd_plot", "cmd_calibrate")
 
 
 def _version(value: bool) -> None:
