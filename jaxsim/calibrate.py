@@ -59,7 +59,7 @@ from jaxsim.importers.fpm_log import (
     read_fpm_log,
     table_columns,
 )
-from jaxsim.profile.model import Deployment, ModelProfile, Resources, RuntimeMemory, save_profile
+from jaxsim.profile.model import Deployment, ModelProfile, RuntimeMemory
 
 PHASES = (DECODE, PREFILL, MIXED)
 DATA_SOURCE = "calibrated"
