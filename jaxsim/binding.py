@@ -491,10 +491,8 @@ def _role_problems(cfg: DeploymentConfig, r: _Role, total_gpu: int | None) -> li
     except BindingError as e:
         out.append(f"no-cell: {where}: {e}")
     else:
-        if role.name != "prefill" and r.cell.num_decode_rows == 0:
-            out.append(f"cell-support: {where}: the matching FPM cell has no genuine decode measurements")
-        if role.name != "decode" and r.cell.num_prefill_rows == 0:
-            out.append(f"cell-support: {where}: the matching FPM cell has no genuine prefill measurements")
+        for phase in r.cell.missing_phases(role.name):
+            out.append(f"cell-support: {where}: the matching FPM cell has no genuine {phase} measurements")
     rm = res.runtime_memory
     frac = role.gpu_memory_utilization
     if frac is None:

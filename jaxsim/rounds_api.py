@@ -54,15 +54,18 @@ def _load(path: str) -> ProfileBundle:
 
 
 @lru_cache(maxsize=256)
-def _compile(path: str, deployment: Deployment) -> RoundTable:
+def _compile(path: str, deployment: Deployment, role: str | None) -> RoundTable:
     bundle = _load(path)
-    cell = bundle.cell(deployment)
+    cell = bundle.cell(deployment).require_phases(role)
     return compile_round_table(cell, speculative=deployment.is_speculative, num_draft_tokens=deployment.num_draft_tokens)
 
 
 def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deployment]:
-    """Load a profile (directory or bundled name), select one deployment, compile its cell."""
+    """Load a profile (directory or bundled name), select one deployment, compile its cell.
+
+    The cell must hold genuine rows of every phase the worker role runs (``role``, else the deployment's
+    worker_type, else aggregated: both phases), as the reference requires when it builds the model."""
     path = str(resolve_profile_path(profile).resolve())
     bundle = _load(path)
     deployment = choose_deployment(bundle, **want)
-    return _compile(path, deployment), deployment
+    return _compile(path, deployment, want.get("role") or deployment.worker_type), deployment

@@ -200,10 +200,17 @@ def decode_latency_ms(
     ``total_kv_tokens`` is the sum of the requests' past KV. For a speculative-round table this is the
     whole draft+verify round: the batch is never multiplied by K+1 and no draft cost is added.
     """
+    batch = jnp.asarray(batch, jnp.int64)
+    total_kv_tokens = jnp.asarray(total_kv_tokens, jnp.int64)
     jc, lo, hi, w, code = _decode_parts(t, batch, total_kv_tokens)
     l_lo = _curve_at(t, lo, jc, total_kv_tokens)
     l_hi = _curve_at(t, hi, jc, total_kv_tokens)
     lat = l_lo + (l_hi - l_lo) * w
+    # no requests: empty work (0 ms) unless a past-KV sum is given for them (an invalid query)
+    empty = (batch == 0) & (total_kv_tokens == 0)
+    code = jnp.where(empty, st.EMPTY, jnp.where((batch == 0) & (total_kv_tokens > 0), st.SUM_WITHOUT_REQUESTS, code))
+    code = jnp.where((batch < 0) | (total_kv_tokens < 0), st.INVALID_QUERY, code)
+    lat = jnp.where(empty, 0.0, lat)
     ok = code < st.FIRST_UNSUPPORTED
     return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
 
@@ -219,8 +226,10 @@ def decode_baseline_ms(t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: 
 def prefill_latency_ms(
     t: RoundTable, batch: Int64[Array, ""], prefill_tokens: Int64[Array, ""], kv_read_tokens: Int64[Array, ""]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
-    """One prefill iteration of ``batch`` requests computing ``prefill_tokens`` new tokens in total and
-    reading ``kv_read_tokens`` cached tokens. Same measured batch only; token-first then KV-first."""
+    """Table lookup of one prefill iteration of ``batch`` requests computing ``prefill_tokens`` new tokens
+    in total and reading ``kv_read_tokens`` cached tokens. Same measured batch only; token-first then
+    KV-first. This is the prefill part of a pass (mixed work, replay); a ``prefill`` query row is
+    :func:`prefill_query_ms`, which adds the reference prefill lookup's rules for degenerate queries."""
     batch = jnp.asarray(batch, jnp.int64)
     tok = jnp.asarray(prefill_tokens, jnp.int64)
     kv = jnp.asarray(kv_read_tokens, jnp.int64)
@@ -263,6 +272,30 @@ def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_k
     return has_p, has_d, jnp.where(has_p, lp, 0.0), jnp.where(has_d, ld, 0.0), code
 
 
+def prefill_query_ms(
+    t: RoundTable, batch: Int64[Array, ""], prefill_tokens: Int64[Array, ""], kv_read_tokens: Int64[Array, ""]
+) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
+    """A ``prefill`` query row, decided like the reference's prefill lookup.
+
+    No new tokens is no prefill work (0 ms, whatever the batch and cached KV); otherwise every prefill
+    request must compute at least one token (``0 < prefill_tokens < batch`` or a batch of 0 is refused),
+    then :func:`prefill_latency_ms`.
+    """
+    batch = jnp.asarray(batch, jnp.int64)
+    tok = jnp.asarray(prefill_tokens, jnp.int64)
+    kv = jnp.asarray(kv_read_tokens, jnp.int64)
+    lat, code = prefill_latency_ms(t, batch, tok, kv)
+    none = tok == 0
+    code = jnp.where(
+        none,
+        jnp.where((batch == 0) & (kv == 0), st.EMPTY, st.NO_PREFILL_WORK),
+        jnp.where((batch == 0) | (tok < batch), st.PREFILL_TOKENS_BELOW_BATCH, code),
+    )
+    code = jnp.where((batch < 0) | (tok < 0) | (kv < 0), st.INVALID_QUERY, code)
+    ok = code < st.FIRST_UNSUPPORTED
+    return jnp.where(ok, jnp.where(none, 0.0, lat), jnp.nan), code.astype(jnp.int32)
+
+
 def mixed_latency_ms(
     t: RoundTable,
     num_prefill_requests: Int64[Array, ""],
@@ -271,18 +304,43 @@ def mixed_latency_ms(
     num_decode_requests: Int64[Array, ""],
     decode_kv_tokens: Int64[Array, ""],
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
-    """A ForwardPassMetrics iteration: prefill + decode − decode's lowest-KV baseline.
+    """A ForwardPassMetrics iteration: ``prefill + max(0, decode − decode's lowest-KV baseline)``.
 
-    Pure decode or pure prefill work reduces to that lookup; empty work costs 0 ms. A measured
-    speculative round has no qualified mixed composition and is refused.
+    The marginal decode cost is clamped at 0: a decode curve that dips below its lowest-KV point adds
+    nothing, never a negative amount. Prefill requests with no new tokens are no prefill work; pure
+    decode or pure prefill work reduces to that lookup (no ``tokens ≥ batch`` rule here, unlike a
+    prefill query row); empty work costs 0 ms; a KV or token sum without requests of that phase is
+    refused. A measured speculative round has no qualified mixed composition and is refused.
     """
-    has_p, has_d, lp, ld, code = _pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
+    np_ = jnp.asarray(num_prefill_requests, jnp.int64)
+    pt = jnp.asarray(prefill_tokens, jnp.int64)
+    pk = jnp.asarray(prefill_kv_tokens, jnp.int64)
+    nd = jnp.asarray(num_decode_requests, jnp.int64)
+    dk = jnp.asarray(decode_kv_tokens, jnp.int64)
+    has_p = (np_ > 0) & (pt > 0)
+    has_d = nd > 0
     both = has_p & has_d
-    base = jnp.where(both, decode_baseline_ms(t, num_decode_requests, decode_kv_tokens), 0.0)
+    lp, cp = prefill_latency_ms(t, np_, pt, pk)
+    ld, cd = decode_latency_ms(t, nd, dk)
+    code = jnp.where(
+        has_p & (cp >= st.FIRST_UNSUPPORTED),
+        cp,
+        jnp.where(
+            has_d & (cd >= st.FIRST_UNSUPPORTED),
+            cd,
+            jnp.where(both, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY))),
+        ),
+    )
     if t.speculative:
         code = jnp.where(both, st.SD_MIXED_REFUSED, code)
+    orphan = ((np_ == 0) & ((pt != 0) | (pk != 0))) | ((nd == 0) & (dk != 0))
+    code = jnp.where(orphan, st.SUM_WITHOUT_REQUESTS, code)
+    code = jnp.where((np_ < 0) | (pt < 0) | (pk < 0) | (nd < 0) | (dk < 0), st.INVALID_QUERY, code)
+    base = jnp.where(both, decode_baseline_ms(t, nd, dk), 0.0)
+    marginal = jnp.where(both, jnp.maximum(ld - base, 0.0), ld)
+    lat = jnp.where(has_p, lp, 0.0) + jnp.where(has_d, marginal, 0.0)
     ok = code < st.FIRST_UNSUPPORTED
-    return jnp.where(ok, lp + ld - base, jnp.nan), code.astype(jnp.int32)
+    return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
 
 
 def scheduler_pass_latency_ms(
@@ -304,5 +362,6 @@ def scheduler_pass_latency_ms(
 # Batched, jitted entry points: the table is an argument, so a new table of the same bucket shapes
 # reuses the compiled executable.
 decode_batch = jax.jit(jax.vmap(decode_latency_ms, in_axes=(None, 0, 0)))
-prefill_batch = jax.jit(jax.vmap(prefill_latency_ms, in_axes=(None, 0, 0, 0)))
+prefill_batch = jax.jit(jax.vmap(prefill_query_ms, in_axes=(None, 0, 0, 0)))
+prefill_lookup_batch = jax.jit(jax.vmap(prefill_latency_ms, in_axes=(None, 0, 0, 0)))
 mixed_batch = jax.jit(jax.vmap(mixed_latency_ms, in_axes=(None, 0, 0, 0, 0, 0)))

@@ -15,6 +15,7 @@ CROSS_KV = 3
 KV_FIRST = 4
 COMPOSED = 5
 EMPTY = 6
+NO_PREFILL_WORK = 7
 
 FIRST_UNSUPPORTED = 16
 BATCH_OUT_OF_RANGE = 16
@@ -29,6 +30,8 @@ PREFILL_BATCH_UNMEASURED = 24
 PREFILL_NO_SUPPORT = 25
 SD_MIXED_REFUSED = 26
 INVALID_QUERY = 27
+SUM_WITHOUT_REQUESTS = 28
+PREFILL_TOKENS_BELOW_BATCH = 29
 
 NAMES: dict[int, str] = {
     EXACT: "exact_lookup",
@@ -38,6 +41,7 @@ NAMES: dict[int, str] = {
     KV_FIRST: "kv_first_interpolation",
     COMPOSED: "mixed_composition",
     EMPTY: "empty_iteration",
+    NO_PREFILL_WORK: "no_prefill_work",
     BATCH_OUT_OF_RANGE: "unsupported:batch_outside_measured_range",
     KV_OUT_OF_RANGE: "unsupported:kv_outside_measured_range",
     NO_LOWER_BRACKET: "unsupported:no_lower_batch_covering_kv",
@@ -50,6 +54,8 @@ NAMES: dict[int, str] = {
     PREFILL_NO_SUPPORT: "unsupported:no_same_batch_two_sided_prefill_support",
     SD_MIXED_REFUSED: "unsupported:speculative_round_has_no_mixed_composition",
     INVALID_QUERY: "unsupported:invalid_query",
+    SUM_WITHOUT_REQUESTS: "unsupported:token_sum_without_requests",
+    PREFILL_TOKENS_BELOW_BATCH: "unsupported:fewer_prefill_tokens_than_requests",
 }
 
 EXPLAIN: dict[int, str] = {
@@ -64,7 +70,9 @@ EXPLAIN: dict[int, str] = {
     PREFILL_BATCH_UNMEASURED: "prefill is interpolated within one measured batch only",
     PREFILL_NO_SUPPORT: "no same-batch two-sided measured support (token-first or KV-first)",
     SD_MIXED_REFUSED: "a measured speculative round has no qualified mixed-iteration composition",
-    INVALID_QUERY: "negative coordinates or work without requests",
+    INVALID_QUERY: "negative coordinates",
+    SUM_WITHOUT_REQUESTS: "a KV or token sum is given for a phase with no requests",
+    PREFILL_TOKENS_BELOW_BATCH: "a prefill lookup needs at least one new token per prefill request",
 }
 
 

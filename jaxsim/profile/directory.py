@@ -134,10 +134,8 @@ def _cell_problems(profile: ModelProfile, source: Path, tables: dict) -> list[st
         except TableError as e:
             out.append(f"{where}: {e}")
             continue
-        if d.worker_type != "prefill" and cell.num_decode_rows == 0:
-            out.append(f"{where}: {table.path}: the matching FPM cell has no genuine decode measurements")
-        if d.worker_type != "decode" and cell.num_prefill_rows == 0:
-            out.append(f"{where}: {table.path}: the matching FPM cell has no genuine prefill measurements")
+        for phase in cell.missing_phases(d.worker_type):
+            out.append(f"{where}: {table.path}: the matching FPM cell has no genuine {phase} measurements")
     return out
 
 

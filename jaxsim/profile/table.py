@@ -117,6 +117,23 @@ class CellRows:
     def num_prefill_rows(self) -> int:
         return int(self.prefill_batch.shape[0])
 
+    def missing_phases(self, role: str | None) -> list[str]:
+        """Phases the worker ``role`` runs (aggregated/None: both; prefill; decode) that have no genuine rows."""
+        need = {"prefill": ("prefill",), "decode": ("decode",)}.get(role or "aggregated", ("decode", "prefill"))
+        have = {"decode": self.num_decode_rows, "prefill": self.num_prefill_rows}
+        return [p for p in need if have[p] == 0]
+
+    def require_phases(self, role: str | None) -> "CellRows":
+        """This cell, or TableError when a phase its worker role runs has no genuine measurements (the
+        reference refuses to build such a model, as it does for an identity with only one phase)."""
+        missing = self.missing_phases(role)
+        if missing:
+            raise TableError(
+                f"{self.source}: the matching FPM cell has no genuine {' or '.join(missing)} measurements, which a "
+                f"{role or 'aggregated'} worker needs; refusing to load it"
+            )
+        return self
+
 
 class FpmTable:
     """A validated FPM table. Build with :func:`read_table` (or :func:`write_table`)."""
@@ -388,6 +405,7 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
     rows.flag(t < 0, "total_prefill_tokens", lambda i: f"must be >= 0 (got {t[i]})")
     rows.flag(k < 0, "total_kv_read_tokens", lambda i: f"must be >= 0 (got {k[i]})")
     rows.flag(decode & (t != 0), "total_prefill_tokens", lambda i: f"decode point carrying prefill tokens ({t[i]})")
+    rows.flag(prefill & (t == 0), "total_prefill_tokens", "prefill point with no prefill tokens (a prefill row must compute at least one token)")
     rows.flag(~np.isfinite(lat) | ~(lat > 0), "latency_ms", lambda i: f"non-finite/non-positive latency_ms={float(lat[i])!r}")
     regime = c["kv_seed_regime"]
     if "kv_seed_regime" in names:
