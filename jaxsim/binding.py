@@ -85,6 +85,11 @@ class RoleBinding:
         return self.deployment.is_speculative
 
     @property
+    def data_source(self) -> str:
+        """What this role's profile numbers are: measured, derived, modelled or calibrated."""
+        return self.bundle.profile.source
+
+    @property
     def num_draft_tokens(self) -> int:
         return self.deployment.num_draft_tokens
 
@@ -126,6 +131,11 @@ class Binding:
     @property
     def is_speculative(self) -> bool:
         return self.nextn > 0
+
+    @property
+    def data_source(self) -> str:
+        """The roles' data sources (one value, or ``prefill-source+decode-source`` when they differ)."""
+        return "+".join(dict.fromkeys(r.data_source for r in self.roles.values()))
 
     def role(self, name: str) -> RoleBinding:
         return self.roles[name]

@@ -168,12 +168,17 @@ def evaluate(table: rounds.RoundTable, q: QueryBatch) -> tuple[np.ndarray, np.nd
     return lat, code
 
 
-def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray) -> pa.Table:
-    keep = [c for c in q.table.column_names if c not in ("latency_ms", "status")]
+def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray, data_source: str | None = None) -> pa.Table:
+    """The queries with latency_ms, status and (when given) the profile's data_source appended."""
+    keep = [c for c in q.table.column_names if c not in ("latency_ms", "status", "data_source")]
     out = q.table.select(keep)
     out = out.append_column("latency_ms", pa.array(lat, mask=np.isnan(lat)))
     status = pa.DictionaryArray.from_arrays(pa.array(code.astype(np.int32)), _STATUS_LABELS)
-    return out.append_column("status", status)
+    out = out.append_column("status", status)
+    if data_source is not None:
+        src = pa.DictionaryArray.from_arrays(pa.array(np.zeros(out.num_rows, np.int32)), pa.array([data_source]))
+        out = out.append_column("data_source", src)
+    return out
 
 
 _STATUS_LABELS = pa.array([st.name(i) for i in range(64)])
@@ -197,8 +202,12 @@ def _batches(path: Path, rows: int):
         raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
 
 
-def evaluate_file(table: rounds.RoundTable, queries: str | Path, output: str | Path) -> tuple[int, int]:
+def evaluate_file(
+    table: rounds.RoundTable, queries: str | Path, output: str | Path, *, data_source: str | None = None
+) -> tuple[int, int]:
     """Stream ``queries`` through the kernels into ``output`` (CSV or parquet by extension).
+
+    ``data_source`` (the profile's: measured, derived, modelled, calibrated) becomes a column of every row.
 
     Written to a temporary file renamed at the end, so a bad row leaves nothing behind. Returns
     (queries, answered).
@@ -215,7 +224,7 @@ def evaluate_file(table: rounds.RoundTable, queries: str | Path, output: str | P
                 continue
             q = validate_queries(part, queries, total)
             lat, code = evaluate(table, q)
-            out = result_table(q, lat, code)
+            out = result_table(q, lat, code, data_source)
             if writer is None:
                 writer = _writer(tmp, output, out.schema)
             writer.write_table(out if _is_parquet(output) else _plain_status(out))
@@ -235,15 +244,20 @@ def evaluate_file(table: rounds.RoundTable, queries: str | Path, output: str | P
 
 
 def _plain_status(table: pa.Table) -> pa.Table:
-    i = table.column_names.index("status")
-    return table.set_column(i, "status", table.column("status").cast(pa.string()))
+    for name in ("status", "data_source"):
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, table.column(name).cast(pa.string()))
+    return table
 
 
 def _writer(tmp: Path, output: Path, schema: pa.Schema):
     if _is_parquet(output):
         text = [f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
         return pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=text, write_statistics=False)
-    plain = schema.set(schema.get_field_index("status"), pa.field("status", pa.string()))
+    plain = schema
+    for name in ("status", "data_source"):
+        if name in schema.names:
+            plain = plain.set(plain.get_field_index(name), pa.field(name, pa.string()))
     return pacsv.CSVWriter(tmp, plain)
 
 

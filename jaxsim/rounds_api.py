@@ -60,6 +60,11 @@ def _compile(path: str, deployment: Deployment, role: str | None) -> RoundTable:
     return compile_round_table(cell, speculative=deployment.is_speculative, num_draft_tokens=deployment.num_draft_tokens)
 
 
+def profile_data_source(profile: str | Path) -> str:
+    """What a profile's numbers are: measured, derived, modelled or calibrated (stored or inferred)."""
+    return _load(str(resolve_profile_path(profile).resolve())).profile.source
+
+
 def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deployment]:
     """Load a profile (directory or bundled name), select one deployment, compile its cell.
 

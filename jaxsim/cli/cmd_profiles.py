@@ -8,10 +8,12 @@ import typer
 
 from jaxsim.cli.common import EXIT_INVALID, fail, guarded
 
-LIST_HELP = """List the profiles bundled with jaxsim: name, model, system, tensor-parallel sizes and kind.
+LIST_HELP = """List the profiles bundled with jaxsim: name, model, system, tensor-parallel sizes and data source.
 
-"measured" profiles come from real forward-pass logs or planner sweeps; "derived" ones are computed from
-measured tables by a documented model (their provenance says how).
+Every profile says what its numbers are (data_source): "measured" profiles come from real forward-pass logs or
+planner sweeps; "derived" ones are computed from measured tables by a documented model; "modelled" ones are
+priced by an op-level model (jaxsim import op-model); "calibrated" ones are a modelled surface corrected to
+measured passes. Provenance says how.
 
 Examples:
 
@@ -105,6 +107,7 @@ def describe_profile(name_or_path: str) -> dict:
         "name": entry.name if entry else None,
         "path": str(path),
         "kind": entry.kind if entry else None,
+        "data_source": prof.source,
         "model": prof.model, "model_revision": prof.model_revision, "architecture": prof.architecture,
         "context_length": prof.context_length, "num_experts": prof.num_experts,
         "measurement_policy": bundle.table.measurement_policy,
@@ -144,10 +147,10 @@ def register(app: typer.Typer) -> None:
 
         t = Table(title="Bundled profiles")
         t.add_column("name", no_wrap=True)
-        for col in ("model", "system", "TP", "kind", "K"):
+        for col in ("model", "system", "TP", "data source", "K"):
             t.add_column(col)
         for p in items:
-            kind = "[bold yellow]derived[/]" if p.kind == "derived" else "measured"
+            kind = p.kind if p.kind == "measured" else f"[bold yellow]{p.kind}[/]"
             t.add_row(p.name, p.model, p.system, ",".join(map(str, p.tps)), kind, str(p.num_draft_tokens or "-"))
         Console().print(t)
 
@@ -166,8 +169,7 @@ def register(app: typer.Typer) -> None:
 
         con = Console()
         title = info["name"] or info["path"]
-        kind = f" [{info['kind']}]" if info["kind"] else ""
-        con.print(f"[bold]{title}[/]{kind}")
+        con.print(f"[bold]{title}[/] (data source: {info['data_source']})")
         con.print(f"model {info['model']} @ {info['model_revision']} ({info['architecture']}, context {info['context_length']:,}, "
                   f"{'dense' if not info['num_experts'] else str(info['num_experts']) + ' experts'}); policy {info['measurement_policy']}")
         t = Table(title="Deployments")

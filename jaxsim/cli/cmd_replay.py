@@ -43,7 +43,7 @@ Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake
 _COLUMNS = (
     "config", "seed", "request", "row", "arrival_ms", "input_tokens", "output_tokens", "generated_tokens",
     "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_rounds",
-    "preemptions", "admissions", "terminal", "reason", "status",
+    "preemptions", "admissions", "terminal", "reason", "status", "data_source",
 )
 _SUMMARY_KEYS = (
     "completed_requests", "rejected_requests", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
@@ -71,15 +71,16 @@ def configs_from_sweep(spec_path: Path):
             + f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]} seqs={g('max_num_seqs')} tokens={g('max_num_batched_tokens')}"
         )
         rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
+        source = labels["data_source"][g("data_source")]
         dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), g("max_num_seqs"), g("block_size"),
                          g("kv_blocks"), g("max_model_len"), g("decode_workers") if mode == "disaggregated" else 1)
         if mode == "aggregated":
-            out.append(ReplayConfig(name, g("nextn"), rates, aggregated=dec))
+            out.append(ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source))
         else:
             pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("max_num_seqs"),
                              g("block_size"), g("prefill_kv_blocks"), g("max_model_len"), g("prefill_workers"))
             out.append(ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
-                                    kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b])))
+                                    kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source))
     if not out:
         fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
     return out
@@ -98,8 +99,9 @@ def _table(outcomes):
         cols["status"].append(np.full(n, o.status_text, dtype=object))
         reasons = o.config.rejection_reasons(r["input_tokens"])
         cols["reason"].append(np.where(r["terminal"] == "rejected", reasons, "").astype(object))
+        cols["data_source"].append(np.full(n, o.config.data_source, dtype=object))
         for c in _COLUMNS:
-            if c not in ("config", "seed", "status", "reason"):
+            if c not in ("config", "seed", "status", "reason", "data_source"):
                 cols[c].append(r[c])
     return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
 
@@ -108,7 +110,8 @@ def _summaries(outcomes) -> list[dict]:
     out = []
     for o in outcomes:
         s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
-        out.append({"config": o.config.name, "mode": o.config.mode, "seed": o.seed, "status": o.status_text,
+        out.append({"config": o.config.name, "mode": o.config.mode, "data_source": o.config.data_source, "seed": o.seed,
+                    "status": o.status_text,
                     "stopped_at": o.failure or None, **s})
     return out
 
@@ -132,7 +135,8 @@ def _timeline_table(outcomes):
     for o in outcomes:
         for w, tl in enumerate(o.timeline or []):
             n = len(tl["pass"])
-            cols = {"config": np.full(n, o.config.name, dtype=object), "seed": np.full(n, o.seed, np.int64),
+            cols = {"config": np.full(n, o.config.name, dtype=object), "data_source": np.full(n, o.config.data_source, dtype=object),
+                    "seed": np.full(n, o.seed, np.int64),
                     "worker": np.full(n, w, np.int64), **tl}
             parts.append(pa.table(cols))
     return pa.concat_tables(parts) if parts else pa.table({"config": []})

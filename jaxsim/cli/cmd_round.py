@@ -14,7 +14,8 @@ ROUND_HELP = """Evaluate forward-pass (round) timings for every query row of a C
 
 Query columns: workload_kind (decode|prefill|mixed), batch_size, total_prefill_tokens,
 total_kv_read_tokens; mixed rows add num_decode_requests, total_decode_kv_tokens. The output repeats
-them and adds latency_ms (empty when unsupported: nothing is extrapolated) and status.
+them and adds latency_ms (empty when unsupported: nothing is extrapolated), status and data_source (what the
+profile's numbers are: measured, derived, modelled or calibrated).
 
 Example:
 
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:
         from jaxsim.queries import evaluate_file
-        from jaxsim.rounds_api import load_round_table
+        from jaxsim.rounds_api import load_round_table, profile_data_source
 
         refuse_overwrite(output, force)
         if output.resolve() == queries.resolve():
@@ -49,9 +50,10 @@ def register(app: typer.Typer) -> None:
         table, deployment = load_round_table(
             profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version
         )
-        total, ok = evaluate_file(table, queries, output)
+        source = profile_data_source(profile)
+        total, ok = evaluate_file(table, queries, output, data_source=source)
         if not quiet:
             typer.echo(
-                f"{total} queries on {deployment.describe()}: {ok} answered, {total - ok} unsupported "
+                f"{total} queries on {deployment.describe()} ({source}): {ok} answered, {total - ok} unsupported "
                 f"→ {output} ({time.perf_counter() - t0:.2f} s)"
             )

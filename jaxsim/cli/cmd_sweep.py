@@ -44,6 +44,7 @@ def _describe(r: dict) -> dict:
     mode = r["mode"] if r["mode"] == "aggregated" else f"disagg {r['prefill_workers']}:{r['decode_workers']}"
     return {
         "profile": r["profile"],
+        "source": r.get("data_source", "-"),
         "mode": mode,
         "tp": r["tp"],
         "nextn": r["nextn"],

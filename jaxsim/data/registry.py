@@ -1,8 +1,9 @@
 """Profiles bundled with jaxsim (``jaxsim/data/profiles/<name>/``), listed in ``profiles/index.json``.
 
 Each bundled directory is a flat profile directory (``profile.json`` + ``fpm_forward_perf.{parquet,
-metadata.json}``). ``kind`` is "measured" (imported from real forward-pass logs or planner sweeps) or
-"derived" (computed from measured tables by a documented model; see the profile's provenance). Licences
+metadata.json}``). ``kind`` is the profile's data source: "measured" (imported from real forward-pass logs or planner sweeps),
+"derived" (computed from measured tables by a documented model; see the profile's provenance), "modelled"
+(op-level model) or "calibrated" (a modelled surface corrected to measured passes). Licences
 and attribution: ``jaxsim/data/LICENSES/`` and ``jaxsim/data/ATTRIBUTION.md``. Regenerate with
 ``scripts/build_bundled_profiles.py``.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from jaxsim.errors import ProfileError
 
 INDEX_NAME = "index.json"
-KINDS = ("measured", "derived")
+KINDS = ("measured", "derived", "modelled", "calibrated")  # = the profiles' data_source values
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,8 @@ class BundledProfile:
     def to_dict(self) -> dict:
         return {
             "name": self.name, "path": str(self.path), "model": self.model, "system": self.system,
-            "tps": list(self.tps), "kind": self.kind, "num_draft_tokens": self.num_draft_tokens,
+            "tps": list(self.tps), "kind": self.kind, "data_source": self.kind,
+            "num_draft_tokens": self.num_draft_tokens,
             "description": self.description, "licence": self.licence,
         }
 

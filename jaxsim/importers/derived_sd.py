@@ -165,7 +165,7 @@ def derive_speculative(
         f"and draft_revision {draft_rev} a placeholder (sha1 of the derivation text). Source provenance: {prof.provenance}"
     )
     profile = ModelProfile.from_dict(
-        replace(prof, provenance=provenance, deployments=tuple(deps)).to_dict(), source="derived profile"
+        replace(prof, provenance=provenance, deployments=tuple(deps), data_source="derived").to_dict(), source="derived profile"
     )
     return profile, columns, params
 

@@ -509,6 +509,7 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
     profile = ModelProfile(
         schema_version=1, model=req.model, model_revision=rev, architecture=r.architecture,
         context_length=r.context_length, num_experts=r.num_experts, provenance=provenance, deployments=tuple(deps),
+        data_source=DATA_SOURCE,
     )
     profile = ModelProfile.from_dict(profile.to_dict(), source="op-model profile")
     summary = {

@@ -36,6 +36,7 @@ FMHA_QUANT_MODES = ("bfloat16", "float16", "fp8", "fp8_block")
 KV_CACHE_DTYPES = ("bfloat16", "int8", "fp8")
 COMM_QUANT_MODES = ("half", "int8", "fp8")
 WORKER_TYPES = ("prefill", "decode", "aggregated")
+DATA_SOURCES = ("measured", "derived", "modelled", "calibrated")
 
 SELECTOR_PREFIX = "speculative_round_v1:"
 AR_EXECUTION_IDENTITY = ("", "full", "none", "text")
@@ -484,6 +485,19 @@ class Deployment:
         return d
 
 
+def infer_data_source(provenance: str) -> str:
+    """The data source of a profile that stores none (written before ``data_source`` existed).
+
+    Its provenance says it: text starting "DERIVED" (jaxsim's derived EAGLE-3 rounds), "MODELLED" or
+    "CALIBRATED" names that source; anything else was imported from real forward passes: "measured".
+    """
+    head = provenance.lstrip().upper()
+    for src in ("derived", "modelled", "calibrated"):
+        if head.startswith(src.upper()):
+            return src
+    return "measured"
+
+
 def _topology_ok(d: Deployment, num_experts: int) -> bool:
     if num_experts == 0:
         return d.dp == 1 and d.moe_ep == 1 and d.moe_tp in (1, d.tp)
@@ -505,11 +519,17 @@ class ModelProfile:
     num_experts: int
     provenance: str
     deployments: tuple[Deployment, ...]
+    data_source: str | None = None
 
     KEYS = (
         "schema_version", "model", "model_revision", "architecture", "context_length", "num_experts",
-        "provenance", "deployments",
+        "data_source", "provenance", "deployments",
     )
+
+    @property
+    def source(self) -> str:
+        """What the numbers are: the stored ``data_source``, else inferred (see :func:`infer_data_source`)."""
+        return self.data_source if self.data_source is not None else infer_data_source(self.provenance)
 
     @classmethod
     def from_dict(cls, obj: Any, source: str = "profile.json") -> ModelProfile:
@@ -523,6 +543,9 @@ class ModelProfile:
         arch = o.str("architecture")
         ctx = o.int("context_length", lo=1)
         experts = o.int("num_experts", lo=0)
+        data_source = o.get("data_source", None)
+        if data_source is not None:
+            data_source = o.literal("data_source", DATA_SOURCES)
         prov = o.str("provenance")
         raw = o.get("deployments")
         if not isinstance(raw, list):
@@ -554,20 +577,23 @@ class ModelProfile:
                         f"ambiguous FPM deployment identity: role-less and role-specific entries (deployments[{j}]) share one key",
                     )
             prior.append((i, d.worker_type))
-        return cls(schema, model, rev, arch, ctx, experts, prov, deps)
+        return cls(schema, model, rev, arch, ctx, experts, prov, deps, data_source)
 
     def to_dict(self) -> dict:
         """JSON object in the golden files' key order (defaulted fields omitted)."""
-        return {
+        d: dict[str, Any] = {
             "schema_version": self.schema_version,
             "model": self.model,
             "model_revision": self.model_revision,
             "architecture": self.architecture,
             "context_length": self.context_length,
             "num_experts": self.num_experts,
-            "provenance": self.provenance,
-            "deployments": [d.to_dict() for d in self.deployments],
         }
+        if self.data_source is not None:
+            d["data_source"] = self.data_source
+        d["provenance"] = self.provenance
+        d["deployments"] = [x.to_dict() for x in self.deployments]
+        return d
 
     def to_json(self) -> str:
         """Canonical file text: indent 1, UTF-8, trailing newline."""

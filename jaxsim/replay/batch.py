@@ -159,6 +159,7 @@ class ReplayConfig:
     decode: WorkerPool | None = None
     kv_bytes_per_token: int | None = None
     kv_transfer_bytes_per_s: float | None = None
+    data_source: str = "measured"  # what the profile's numbers are (measured, derived, modelled, calibrated)
 
     def __post_init__(self):
         agg = self.aggregated is not None
@@ -212,10 +213,11 @@ def config_from_binding(b, name: str | None = None) -> ReplayConfig:
     pools = {role: _pool_from_role(rb, b.block_size, b.context_length) for role, rb in b.roles.items()}
     rates = np.asarray(b.accept_rates, np.float64)
     if b.mode == "aggregated":
-        return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"])
+        return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"], data_source=b.data_source)
     return ReplayConfig(
         label, int(b.nextn), rates, prefill=pools["prefill"], decode=pools["decode"],
         kv_bytes_per_token=int(b.prefill.kv_bytes_per_token), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s),
+        data_source=b.data_source,
     )
 
 

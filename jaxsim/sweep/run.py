@@ -156,7 +156,7 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics) -> pa.Tab
     cols = plan.input_columns(np.arange(start, stop, dtype=np.int64))
     out: dict[str, pa.Array] = {}
     for k, v in cols.items():
-        out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "system", "mode", "acceptance", "workload") else pa.array(v)
+        out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "data_source", "system", "mode", "acceptance", "workload") else pa.array(v)
     met = {k: np.asarray(getattr(m, k))[:n] for k in m.__dataclass_fields__}
     out["status"] = pa.array(met["status"].astype(np.int32))
     out["status_name"] = _dict_col(met["status"], _STATUS_DICT)

@@ -33,6 +33,7 @@ from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels.rounds import RoundTable
+from jaxsim.profile.model import DATA_SOURCES
 from jaxsim.sweep import evaluate as ev
 
 MODES = ("aggregated", "disaggregated")
@@ -413,7 +414,7 @@ _BINDING_INT = (
     "profile", "system", "mode", "acceptance", "acceptance_id", "prefill_workers", "decode_workers", "prefill_tp", "tp",
     "gpus", "replicas", "nextn", "max_num_seqs", "max_num_batched_tokens", "prefill_max_num_batched_tokens",
     "kv_blocks", "prefill_kv_blocks", "block_size", "max_model_len", "kv_bytes_per_token", "prefill_table",
-    "decode_table", "group",
+    "decode_table", "group", "data_source",
 )
 
 
@@ -523,7 +524,7 @@ class SweepPlan:
         B = self.bindings
         cols: OrderedDict[str, np.ndarray] = OrderedDict()
         cols["config_id"] = idx
-        for k in ("profile", "system", "mode"):
+        for k in ("profile", "data_source", "system", "mode"):
             cols[k] = B[k][b].astype(np.int32)
         for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "gpus", "replicas", "nextn"):
             cols[k] = B[k][b].astype(np.int64)
@@ -571,7 +572,8 @@ def _profile_deployments(ref: str, base: Path | None):
 
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
     """Validate every distinct binding once and lay out the config index space (plain Python)."""
-    labels: dict[str, list[str]] = {"profile": [], "system": [], "mode": [], "acceptance": [], "workload": []}
+    labels: dict[str, list[str]] = {"profile": [], "system": [], "mode": [], "acceptance": [], "workload": [],
+                                    "data_source": list(DATA_SOURCES)}
 
     def code(kind: str, value: str) -> int:
         lst = labels[kind]
@@ -662,6 +664,7 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
                                         kv_bytes_per_token=pr.kv_bytes_per_token or 0,
                                         prefill_table=table_index(pr.table, pr.is_speculative),
                                         decode_table=table_index(dr.table, dr.is_speculative), group=0,
+                                        data_source=DATA_SOURCES.index(prof.source),
                                     ))
                                     links.append(float(b.kv_transfer_bytes_per_s or 1.0))
 
