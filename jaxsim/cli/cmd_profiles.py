@@ -22,6 +22,17 @@ Examples:
   jaxsim profiles list --json
 """
 
+SYSTEMS_HELP = """List the GPU spec sheets bundled with jaxsim (usable as `system` in configs and by `jaxsim import
+op-model`): memory, bandwidth, tensor-core FLOPS, node layout and where each sheet comes from (aisimulate or
+aiconfigurator-core, NVIDIA, Apache-2.0). Spec-sheet values, not measurements.
+
+Examples:
+
+  jaxsim profiles systems
+
+  jaxsim profiles systems --json
+"""
+
 SHOW_HELP = """Show a profile (bundled name or directory): identity, resources, measured support per deployment
 (decode batches and total-KV range, prefill batches and tokens), provenance and licence.
 
@@ -153,6 +164,28 @@ def register(app: typer.Typer) -> None:
             kind = p.kind if p.kind == "measured" else f"[bold yellow]{p.kind}[/]"
             t.add_row(p.name, p.model, p.system, ",".join(map(str, p.tps)), kind, str(p.num_draft_tokens or "-"))
         Console().print(t)
+
+    @group.command("systems", help=SYSTEMS_HELP)
+    @guarded
+    def systems_cmd(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
+        from jaxsim.systems import describe_systems
+
+        items = describe_systems()
+        if as_json:
+            typer.echo(json.dumps(items, indent=1))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="GPU spec sheets (spec-sheet values, not measurements)")
+        for col in ("system", "memory GiB", "HBM TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GPUs/node", "intra-node GB/s", "source"):
+            t.add_column(col, justify="left" if col in ("system", "source") else "right", no_wrap=col == "system")
+        for s in items:
+            t.add_row(s["system"], f"{s['gpu_memory_bytes'] / 2**30:,.0f}", f"{s['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
+                      f"{s['bfloat16_tc_flops'] / 1e12:,.0f}", f"{s['fp8_tc_flops'] / 1e12:,.0f}" if s["fp8_tc_flops"] else "-", str(s["gpus_per_node"]),
+                      f"{s['intra_node_bytes_per_s'] / 1e9:,.0f}", s["source"])
+        Console().print(t)
+        Console().print("Licences and attribution: jaxsim/data/systems/README.md")
 
     @group.command("show", help=SHOW_HELP)
     @guarded
