@@ -77,11 +77,11 @@ def check_png_path(path: str | os.PathLike) -> Path:
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
+    from jaxsim.outputs import atomic
+
     out = check_png_path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, format="png", bbox_inches="tight")
-    tmp.replace(out)
+    with atomic(out) as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
     return out
 
 
@@ -515,6 +515,9 @@ def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None
     src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
     cols = read_columns(results)
     names = (REPLAY_TTFT, REPLAY_TPOT, REPLAY_E2E)
+    if "config_id" in cols or "sla_ok" in cols:
+        raise QueryError(f"{src}: a sweep result table (one row per configuration), not a replay's per-request table; "
+                         "draw it with jaxsim plot pareto, or replay a configuration with jaxsim replay")
     _need(cols, names, "replay per-request table", src)
     if REPLAY_TERMINAL in cols:
         done = np.asarray(cols[REPLAY_TERMINAL]).astype(str) == "completed"

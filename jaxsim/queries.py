@@ -212,34 +212,32 @@ def evaluate_file(
     Written to a temporary file renamed at the end, so a bad row leaves nothing behind. Returns
     (queries, answered).
     """
+    from jaxsim.outputs import atomic, output_format
+
     queries, output = Path(queries), Path(output)
+    output_format(output, ("csv", "parquet"))
     if not queries.is_file():
         raise QueryError(f"{queries}: query file not found")
-    tmp = output.with_name(output.name + ".partial")
     writer = None
     total = answered = 0
-    try:
-        for part in _batches(queries, CHUNK):
-            if part.num_rows == 0:
-                continue
-            q = validate_queries(part, queries, total)
-            lat, code = evaluate(table, q)
-            out = result_table(q, lat, code, data_source)
+    with atomic(output) as tmp:
+        try:
+            for part in _batches(queries, CHUNK):
+                if part.num_rows == 0:
+                    continue
+                q = validate_queries(part, queries, total)
+                lat, code = evaluate(table, q)
+                out = result_table(q, lat, code, data_source)
+                if writer is None:
+                    writer = _writer(tmp, output, out.schema)
+                writer.write_table(out if _is_parquet(output) else _plain_status(out))
+                total += part.num_rows
+                answered += int(np.sum(code < st.FIRST_UNSUPPORTED))
             if writer is None:
-                writer = _writer(tmp, output, out.schema)
-            writer.write_table(out if _is_parquet(output) else _plain_status(out))
-            total += part.num_rows
-            answered += int(np.sum(code < st.FIRST_UNSUPPORTED))
-        if writer is None:
-            raise QueryError(f"{queries}: no query rows")
-        writer.close()
-        writer = None
-        tmp.replace(output)
-    finally:
-        if writer is not None:
-            writer.close()
-        if tmp.exists():
-            tmp.unlink()
+                raise QueryError(f"{queries}: no query rows")
+        finally:
+            if writer is not None:
+                writer.close()
     return total, answered
 
 
@@ -263,14 +261,16 @@ def _writer(tmp: Path, output: Path, schema: pa.Schema):
 
 def write_results(path: str | Path, table: pa.Table) -> None:
     """Write CSV or parquet (by extension) via a temporary file, then rename."""
+    from jaxsim.outputs import atomic, output_format
+
     path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    if _is_parquet(path):
-        text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
-        pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=False)
-    else:
-        status = table.column("status")
-        if pa.types.is_dictionary(status.type):
-            table = table.set_column(table.column_names.index("status"), "status", status.cast(pa.string()))
-        pacsv.write_csv(table, tmp)
-    tmp.replace(path)
+    output_format(path, ("csv", "parquet"))
+    with atomic(path) as tmp:
+        if _is_parquet(path):
+            text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
+            pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=False)
+        else:
+            status = table.column("status")
+            if pa.types.is_dictionary(status.type):
+                table = table.set_column(table.column_names.index("status"), "status", status.cast(pa.string()))
+            pacsv.write_csv(table, tmp)

@@ -217,7 +217,7 @@ def test_cdf_of_a_replay_without_completed_requests_is_refused(tmp_path):
 def test_result_figures_reject_wrong_tables(tmp_path):
     with pytest.raises(QueryError, match="missing column"):
         plots.plot_pareto(replay_columns(), tmp_path / "x.png")
-    with pytest.raises(QueryError, match="missing column"):
+    with pytest.raises(QueryError, match="a sweep result table"):
         plots.plot_latency_cdf(sweep_columns(), tmp_path / "x.png")
     bad = tmp_path / "bad.parquet"
     bad.write_text("not parquet")
@@ -299,7 +299,7 @@ def test_cli_result_plots(tmp_path, app):
     "args, message",
     [
         (["plot", "pareto", "{tmp}/nope.parquet", "-o", "{tmp}/a.png"], "no such result file"),
-        (["plot", "cdf", "{tmp}/sweep.parquet", "-o", "{tmp}/a.png"], "missing column"),
+        (["plot", "cdf", "{tmp}/sweep.parquet", "-o", "{tmp}/a.png"], "a sweep result table"),
         (["plot", "curves", str(AR), "-o", "{tmp}/a.jpg"], "use a .png"),
         (["plot", "curves", str(AR), "--tp", "8", "-o", "{tmp}/a.png"], "no deployment matches tp=8"),
         (["plot", "curves", "{tmp}/no-such-profile", "-o", "{tmp}/a.png"], "no-such-profile"),

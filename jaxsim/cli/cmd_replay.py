@@ -13,6 +13,7 @@ import typer
 
 from jaxsim import limits
 from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+from jaxsim.outputs import atomic
 
 EXIT_INCOMPLETE = 3
 
@@ -122,9 +123,8 @@ def _write(table, path: Path, summaries: list[dict]) -> None:
     meta = dict(table.schema.metadata or {})
     meta[b"jaxsim.replay.summary"] = json.dumps(summaries).encode()
     table = table.replace_schema_metadata(meta)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
+    with atomic(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
 
 
 def _timeline_table(outcomes):
@@ -213,11 +213,9 @@ def register(app: typer.Typer) -> None:
             if v is not None:
                 limits.check("ms", v, opt)
         tl_path = output.with_name(output.stem + ".timeline.parquet")
-        refuse_overwrite(output, force)
+        refuse_overwrite(output, force, ("parquet",))
         if timeline:
             refuse_overwrite(tl_path, force)
-        if not output.parent.is_dir():
-            fail(f"{output.parent}: no such directory")
         sla = None
         if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
             sla = SLA(sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)
@@ -245,7 +243,8 @@ def register(app: typer.Typer) -> None:
         if timeline:
             import pyarrow.parquet as pq
 
-            pq.write_table(_timeline_table(outcomes), tl_path, compression="zstd")
+            with atomic(tl_path) as tmp:
+                pq.write_table(_timeline_table(outcomes), tmp, compression="zstd")
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "replays": summaries}, indent=1))
         else:

@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         from jaxsim.queries import evaluate_file
         from jaxsim.rounds_api import load_round_table, profile_data_source
 
-        refuse_overwrite(output, force)
+        refuse_overwrite(output, force, ("csv", "parquet"))
         if output.resolve() == queries.resolve():
             fail(f"{output}: output would overwrite the query file")
         t0 = time.perf_counter()

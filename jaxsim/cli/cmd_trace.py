@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         limits.check("seed", seed, "--seed")
         if output.suffix.lower() != ".csv":
             fail(f"{output}: synthetic traces are written as plain CSV; use a .csv file name")
-        refuse_overwrite(output, force)
+        refuse_overwrite(output, force, ("csv",))
         t = gamma_trace(n, rate, cv, isl, osl, seed=seed, name=output.stem)
         write_trace_csv(t, output)
         typer.echo(f"wrote {output}: {len(t)} requests over {t.duration_ms / 1e3:,.1f} s (gamma arrivals, rate {rate}/s, cv {cv}, seed {seed})")

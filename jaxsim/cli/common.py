@@ -35,16 +35,19 @@ def guarded(fn):
     return wrapper
 
 
-def refuse_overwrite(path: Path, force: bool) -> None:
-    """Never overwrite a user's file unless --force."""
-    if path.exists() and not force:
-        fail(f"{path}: exists; pass --force to overwrite")
+def refuse_overwrite(path: Path, force: bool, formats=None) -> None:
+    """Before any work: never overwrite a user's file unless --force; refuse an extension the command
+    cannot write (``formats``, e.g. ``("csv", "parquet")``) and an output whose folder is a file
+    (:mod:`jaxsim.outputs`: one policy for every writer; missing folders are created)."""
+    from jaxsim.outputs import check_output
+
+    check_output(path, formats, force=force)
 
 
 def write_atomic_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    from jaxsim.outputs import write_bytes
+
+    write_bytes(path, data)
 
 
 def stderr_is_tty() -> bool:

@@ -894,10 +894,12 @@ def write_profile_dir(
     if len(systems) != 1:
         raise ProfileError("a flat profile directory holds one system/backend/backend_version; import each separately")
     system, backend, version = systems.pop()
-    out.mkdir(parents=True, exist_ok=True)
-    write_table(out, columns, measurement_policy=measurement_policy, system=system, backend=backend,
-                backend_version=version, extra_sidecar=extra_sidecar, overwrite=True)
-    save_profile(profile, out / "profile.json")
+    from jaxsim.outputs import atomic_dir
+
+    with atomic_dir(out) as tmp:  # a killed or failed import leaves no half-written profile under OUTPUT
+        write_table(tmp, columns, measurement_policy=measurement_policy, system=system, backend=backend,
+                    backend_version=version, extra_sidecar=extra_sidecar, overwrite=True)
+        save_profile(profile, tmp / "profile.json")
     return out
 
 

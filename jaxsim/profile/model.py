@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -682,14 +681,7 @@ def load_profile(path: str | os.PathLike) -> ModelProfile:
 def save_profile(profile: ModelProfile, path: str | os.PathLike) -> None:
     """Write ``profile`` atomically in canonical form (save -> load -> save is byte-identical)."""
     p = Path(path)
-    data = profile.to_json().encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from jaxsim.outputs import write_bytes
+
+    write_bytes(p, profile.to_json().encode("utf-8"))
 

@@ -12,7 +12,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -632,15 +631,9 @@ def _with_defaults(cols: dict[str, Any], n: int, *, policy: str, system: str, ba
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    from jaxsim.outputs import write_bytes
+
+    write_bytes(path, data)
 
 
 def write_table(

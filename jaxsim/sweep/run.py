@@ -34,6 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import jaxsim
 from jaxsim.errors import JaxsimError
+from jaxsim.outputs import publish, temp_path
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep
 
@@ -420,8 +421,8 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
     feasible = 0
     writer = None
     csv_writer = None
-    tmp = output.with_name(output.name + ".tmp")
-    tmp_csv = csv_path.with_name(csv_path.name + ".tmp") if csv_path else None
+    tmp = temp_path(output)
+    tmp_csv = temp_path(csv_path) if csv_path else None
     try:
         for k in range(n):
             t = _read_chunk(_chunk_path(work, k))
@@ -442,14 +443,19 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
             for a, c in zip(names, cnt):
                 status_counts[str(a)] = status_counts.get(str(a), 0) + int(c)
             feasible += int(pc.sum(t.column("sla_ok")).as_py() or 0)
+    except BaseException:
+        for t in (tmp, tmp_csv):
+            if t is not None and t.exists():
+                t.unlink()
+        raise
     finally:
         if writer is not None:
             writer.close()
         if csv_writer is not None:
             csv_writer.close()
-    tmp.replace(output)
+    publish(tmp, output)
     if tmp_csv is not None:
-        tmp_csv.replace(csv_path)
+        publish(tmp_csv, csv_path)
     counts = {
         "status_counts": dict(sorted(status_counts.items())),
         "sla_feasible": feasible,
