@@ -65,7 +65,7 @@ def test_mixed_is_clamped_where_decode_dips_below_its_baseline():
     table, _ = load_round_table(CASES / "F1-mixed-negative-marginal" / "table")
     from jaxsim.kernels import rounds
 
-    one = lambda *v: [np.array([x], np.int64) for x in v]  # noqa: E731
+    one = lambda *v: [np.array([x], np.int64) for x in v]
     d, _ = rounds.decode_batch(table, *one(4, 220))
     base, _ = rounds.decode_batch(table, *one(4, 40))
     p, _ = rounds.prefill_batch(table, *one(1, 100, 0))
