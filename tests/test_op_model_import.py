@@ -118,8 +118,13 @@ def test_catalogue_lists():
 
 
 def test_grids_are_monotone_and_end_on_their_bounds():
-    for n in (1, 7, 32, 33, 256, 1024):
-        g = om.decode_batch_grid(n)
+    for n in (1, 7, 16, 17, 256, 40_000_000):
+        g = om.decode_kv_grid(n)
         assert g[0] == 1 and g[-1] == n and np.all(np.diff(g) > 0)
+        assert np.all(g[1:] / g[:-1] <= 2 ** (1 / 8) + 1e-3) or n <= 16 or g[-1] / g[-2] <= 2 ** (1 / 8) + 1e-3
+    curve = om.decode_curve_kv(om.decode_kv_grid(10_000), 8, 100, 10_000)
+    assert curve[0] >= 8 and curve[-1] <= 800
+    # a fractional mean context is the op model's value interpolated between the neighbouring integers
+    assert om.at_mean_context(lambda b, s: 10.0 * s, 4, 10) == 25.0 and om.at_mean_context(lambda b, s: float(s), 2, 8) == 4.0
     g = om.prefill_prefix_grid(4095)
     assert g[0] == 0 and g[-1] == 4095 and np.all(np.diff(g) > 0)

@@ -54,10 +54,9 @@ PINNED_VERSION = "0.12.0"
 BACKEND = "vllm"
 DATA_SOURCE = "modelled"
 
-DENSE_BATCH_LIMIT = 32
-BATCH_STEPS_PER_OCTAVE = 8
-CONTEXT_STEPS_PER_OCTAVE = 2
-PREFILL_TOKEN_STEPS_PER_OCTAVE = 4
+DENSE_TOKENS = 16  # every integer up to here on the decode total-KV and prefill new-token grids
+DECODE_KV_STEPS_PER_OCTAVE = 8
+PREFILL_TOKEN_STEPS_PER_OCTAVE = 8
 PREFILL_PREFIX_STEPS_PER_OCTAVE = 2
 MIN_PREFIX_TOKENS = 16
 
@@ -162,19 +161,28 @@ def _geometric(lo: int, hi: int, per_octave: int) -> list[int]:
     return sorted(set(out))
 
 
-def decode_batch_grid(max_num_seqs: int) -> np.ndarray:
-    """Every batch up to 32, then 1/8-octave steps, ending on ``max_num_seqs``."""
-    dense = list(range(1, min(DENSE_BATCH_LIMIT, max_num_seqs) + 1))
-    return np.array(sorted(set(dense + _geometric(DENSE_BATCH_LIMIT, max_num_seqs, BATCH_STEPS_PER_OCTAVE))), np.int64)
+def _dense_then_geometric(hi: int, per_octave: int) -> list[int]:
+    dense = list(range(1, min(DENSE_TOKENS, hi) + 1))
+    return sorted(set(dense + _geometric(DENSE_TOKENS, hi, per_octave))) if hi > DENSE_TOKENS else dense
 
 
-def context_grid(cap: int) -> np.ndarray:
-    """Per-request past-KV grid for one decode curve: 1, then 1/2-octave steps up to ``cap``."""
-    return np.array(_geometric(1, max(1, cap), CONTEXT_STEPS_PER_OCTAVE), np.int64)
+def decode_kv_grid(top: int) -> np.ndarray:
+    """The total-KV grid every decode curve shares: 1..16, then 1/8-octave steps, ending on ``top``.
+
+    One grid for all batches keeps the compiled lookup small (its pieces are the union of the curves' KV
+    values); a curve of batch b holds the grid values in [b, min(b x (max_model_len - 1), pool)].
+    """
+    return np.array(_dense_then_geometric(max(1, top), DECODE_KV_STEPS_PER_OCTAVE), np.int64)
+
+
+def decode_curve_kv(grid: np.ndarray, batch: int, cap_per_request: int, pool: int) -> np.ndarray:
+    """The grid values one batch's decode curve covers (at least one past token per request)."""
+    return grid[(grid >= batch) & (grid <= min(batch * cap_per_request, pool))]
 
 
 def prefill_token_grid(cap: int) -> np.ndarray:
-    return np.array(_geometric(1, max(1, cap), PREFILL_TOKEN_STEPS_PER_OCTAVE), np.int64)
+    """Per-request new tokens of one prefill batch: 1..16, then 1/8-octave steps, ending on ``cap``."""
+    return np.array(_dense_then_geometric(max(1, cap), PREFILL_TOKEN_STEPS_PER_OCTAVE), np.int64)
 
 
 def prefill_prefix_grid(cap: int) -> np.ndarray:
@@ -375,15 +383,23 @@ def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     fmha = "fp8" if req.kv_cache_dtype == "fp8" else None
     eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=fmha)
     bpt, pool, mem = _memory(r, tp, eng)
+    cache: dict[tuple, float] = {}
+
+    def decode(b: int, s: int) -> float:
+        if (b, s) not in cache:
+            cache[(b, s)] = eng.decode_ms(b, s)
+        return cache[(b, s)]
+
     n = 0
     db, dk, dl = [], [], []
-    for b in decode_batch_grid(min(req.max_num_seqs, pool)):
-        cap = min(r.max_model_len - 1, pool // int(b))
-        for s in context_grid(cap):
-            db.append(int(b))
-            dk.append(int(b) * int(s))
-            dl.append(eng.decode_ms(int(b), int(s)))
-            n += 1
+    cap = r.max_model_len - 1
+    grid = decode_kv_grid(min(req.max_num_seqs * cap, pool))
+    for b in range(1, min(req.max_num_seqs, pool) + 1):
+        for k in decode_curve_kv(grid, b, cap, pool).tolist():
+            db.append(b)
+            dk.append(k)
+            dl.append(at_mean_context(decode, b, k))
+    n += len(cache)
     pb, pt, pk, pl = [], [], [], []
     for b in range(1, min(req.max_prefill_batch, req.max_num_batched_tokens, req.max_num_seqs) + 1):
         t_cap = min(req.max_num_batched_tokens // b, r.max_model_len - 1)
@@ -407,6 +423,16 @@ def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     return CellResult(tp, rows, lat_dec, bpt, pool, mem, modes, time.perf_counter() - t0, n)
 
 
+def at_mean_context(fn, batch: int, total_kv: int) -> float:
+    """``fn(batch, s)`` at the mean past KV per request ``s = total_kv / batch``: the op model takes integer
+    contexts, so a fractional mean is linearly interpolated between its two neighbouring integers."""
+    s0, rem = divmod(int(total_kv), int(batch))
+    lo = fn(batch, s0)
+    if rem == 0:
+        return lo
+    return lo + (fn(batch, s0 + 1) - lo) * (rem / batch)
+
+
 def round_latency_ms(verify_ms: float, draft_step_ms: float, num_draft_tokens: int) -> float:
     """One EAGLE-3 round: the target's (K+1)-token verify pass plus K draft decode steps."""
     return verify_ms + num_draft_tokens * draft_step_ms
@@ -417,12 +443,15 @@ def _speculative_rounds(r: ResolvedRequest, tp: int, eng: Engine, rows: BinnedRo
     k = r.req.num_draft_tokens
     draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, 1, gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None,
                    kv=eng.kv, fmha=eng.fmha)
-    out = np.empty(rows.decode_batch.size)
-    for i, (b, kv) in enumerate(zip(rows.decode_batch.tolist(), rows.decode_kv.tolist())):
-        s = kv // b
-        verify = eng.prefill_ms(b, k + 1, s)
-        out[i] = round_latency_ms(verify, draft.decode_ms(b, s), k)
-    return out, 2 * int(rows.decode_batch.size)
+    cache: dict[tuple, float] = {}
+
+    def one_round(b: int, s: int) -> float:
+        if (b, s) not in cache:
+            cache[(b, s)] = round_latency_ms(eng.prefill_ms(b, k + 1, s), draft.decode_ms(b, s), k)
+        return cache[(b, s)]
+
+    out = np.array([at_mean_context(one_round, b, kv) for b, kv in zip(rows.decode_batch.tolist(), rows.decode_kv.tolist())])
+    return out, 2 * len(cache)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -497,10 +526,11 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
     provenance = (
         f"MODELLED, NOT MEASURED: every latency is aiconfigurator-core {aic_version()}'s op-level forward-pass model "
         f"(Apache-2.0, NVIDIA; op-level silicon data of {req.system}, vLLM database {r.backend_version}) priced by jaxsim "
-        f"{jaxsim.__version__} (jaxsim.importers.op_model). Decode: batches 1..{DENSE_BATCH_LIMIT} and 1/"
-        f"{BATCH_STEPS_PER_OCTAVE}-octave steps to max_num_seqs, per-request past KV 1 and 1/{CONTEXT_STEPS_PER_OCTAVE}-octave "
-        f"steps to min(max_model_len, pool/batch) (decode_step_latency(b, s, osl=0)). Prefill: batches 1..{req.max_prefill_batch}, "
-        f"per-request new tokens 1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
+        f"{jaxsim.__version__} (jaxsim.importers.op_model). Decode: every batch 1..max_num_seqs over one shared total-KV grid "
+        f"(1..{DENSE_TOKENS}, then 1/{DECODE_KV_STEPS_PER_OCTAVE}-octave steps) from b to min(b x (max_model_len - 1), pool); "
+        f"row (b, k) = decode_step_latency(b, s, osl=0) at the mean past KV s = k/b (linear between the neighbouring "
+        f"integer contexts). Prefill: batches 1..{req.max_prefill_batch}, per-request new tokens 1..{DENSE_TOKENS} then "
+        f"1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
         f"and 1/{PREFILL_PREFIX_STEPS_PER_OCTAVE}-octave steps from {MIN_PREFIX_TOKENS} to max_model_len "
         f"(predict_prefill_latency(b, t + p, p)). Resources from the op model's memory estimate.{spec} "
         f"model_revision {rev} is a PLACEHOLDER: the first 40 hex digits of the sha256 of aiconfigurator-core's "
@@ -543,6 +573,6 @@ def parse_tp_list(text: str) -> tuple[int, ...]:
 
 __all__: Sequence[str] = (
     "INSTALL_HINT", "OpModelError", "OpModelImport", "OpModelRequest", "import_op_model", "known_models",
-    "known_systems", "parse_tp_list", "write_op_model", "decode_batch_grid", "context_grid", "prefill_token_grid",
+    "known_systems", "parse_tp_list", "write_op_model", "decode_kv_grid", "decode_curve_kv", "at_mean_context", "prefill_token_grid",
     "prefill_prefix_grid", "Engine", "resolve_request", "round_latency_ms",
 )
