@@ -128,3 +128,35 @@ def test_grids_are_monotone_and_end_on_their_bounds():
     assert om.at_mean_context(lambda b, s: 10.0 * s, 4, 10) == 25.0 and om.at_mean_context(lambda b, s: float(s), 2, 8) == 4.0
     g = om.prefill_prefix_grid(4095)
     assert g[0] == 0 and g[-1] == 4095 and np.all(np.diff(g) > 0)
+
+
+DRAFT = Path(__file__).parent / "data" / "eagle3_draft_qwen3_32b" / "config.json"
+
+
+def test_eagle3_rounds_are_composed_from_op_model_pieces(tmp_path):
+    out = tmp_path / "sd"
+    _import(out, "Qwen/Qwen3-32B", "h200_sxm", "1", "--nextn", "2", "--draft-config", str(DRAFT))
+    r = runner.invoke(app, ["profiles", "validate", str(out)])
+    assert r.exit_code == 0, r.output
+    bundle = load_profile_dir(out)
+    dep = bundle.profile.deployments[0]
+    assert dep.is_speculative and dep.num_draft_tokens == 2 and "EAGLE-3" in bundle.profile.provenance
+    assert bundle.table.measurement_policy == "vllm_native_fpm_model_step_cuda_v1"
+    res = om.resolve_request(om.OpModelRequest("Qwen/Qwen3-32B", "h200_sxm", (1,), num_draft_tokens=2, draft_config=DRAFT))
+    target = om.Engine("Qwen/Qwen3-32B", "h200_sxm", res.backend_version, 1, gemm=None, kv=None, fmha=None)
+    draft = om.Engine(str(res.draft_dir), "h200_sxm", res.backend_version, 1, gemm=None, kv=None, fmha=None)
+    table = rounds.compile_round_table(bundle.cell(dep), speculative=True, num_draft_tokens=2)
+    # one lookup at the actual batch and past KV = verify of 3 query tokens per request + 2 draft steps
+    lat, code = rounds.decode_batch(table, np.array([4]), np.array([4 * 2000]))
+    want = om.round_latency_ms(target.decode_ms(12, 2000), draft.decode_ms(4, 2000), 2)
+    assert status.is_supported(int(code[0])) and abs(float(lat[0]) / want - 1) < 0.01
+    assert want > target.decode_ms(4, 2000)  # a round costs more than one plain step
+    assert draft.decode_ms(4, 2000) < 0.1 * target.decode_ms(4, 2000)  # one draft layer vs 64 target layers
+
+
+def test_bad_draft_config_is_refused(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "1",
+                            "--draft-config", str(bad), "--output", str(tmp_path / "p"), *SMALL])
+    assert r.exit_code == 2 and "not JSON" in r.output and not (tmp_path / "p").exists()

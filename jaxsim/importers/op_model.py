@@ -4,18 +4,21 @@ aiconfigurator-core (Apache-2.0) prices one engine iteration from op-level silic
 communication tables measured per GPU) for ~100 model configs on ~15 GPUs. This importer asks it for the
 latency of every table row of a schema-7 profile and writes the result as a ``modelled`` profile:
 
-* decode: one curve per batch of a batch grid (every batch up to 32, then 1/8-octave steps up to
-  ``max_num_seqs``; jaxsim interpolates between covering batch curves), each over a per-request context grid
-  (1 and 1/2-octave steps up to ``min(max_model_len, pool / batch)``); row (b, b x s) = the op model's decode
-  step of ``b`` requests each with ``s`` past tokens (``decode_step_latency(b, s, osl=0)``, attention over
-  ``s + 1`` positions);
-* prefill: every batch 1..``max_prefill_batch``, each over a per-request new-token grid (1..``max_num_batched_
-  tokens / b``) x cached-prefix grid (0 and 1/2-octave steps up to ``max_model_len``); row (b, b x t, b x p)
-  = ``predict_prefill_latency(b, isl=t + p, prefix=p)`` (chunked prefill with prefix reads);
-* speculative rounds (EAGLE-3, ``--draft-config``): the op model has no EAGLE-3 path, so a round at
-  (b, k) = the target's verify pass of K+1 tokens per request (``mixed``-free prefill-shaped pass priced as
-  the decode step of ``b x (K+1)`` query tokens over the same context, see :func:`round_latency_ms`) plus K
-  decode steps of the draft model at the same batch and context;
+* decode: a curve for every batch 1..``max_num_seqs`` over ONE shared total-KV grid (1..16, then 1/8-octave
+  steps; a shared grid keeps the compiled lookup small), each curve from k = b to min(b x (max_model_len - 1),
+  pool); row (b, k) = the op model's decode step of ``b`` requests at the mean past KV s = k / b
+  (``decode_step_latency(b, s, osl=0)``, attention over s + 1 positions; a fractional s is linearly
+  interpolated between its neighbouring integers, see :func:`at_mean_context`);
+* prefill: every batch 1..``max_prefill_batch``, each over a per-request new-token grid (1..16, then 1/8-octave
+  steps to ``max_num_batched_tokens / b``) x cached-prefix grid (0, then 1/2-octave steps from 16 to
+  ``max_model_len``); row (b, b x t, b x p) = ``predict_prefill_latency(b, isl=t + p, prefix=p)`` (chunked
+  prefill with prefix reads);
+* speculative rounds (EAGLE-3, ``--nextn K --draft-config``): the op model prices multi-token prediction
+  natively but has no EAGLE-3 path (its ``compile`` takes ``nextn``, no speculation kind), so a round at (b, k)
+  is composed from op-model pieces (:func:`round_latency_ms`): the target's verify pass priced the way the op
+  model prices its own MTP verify (one decode step of b x (K+1) query tokens at mean past KV s, without MTP
+  layers) plus K decode steps of the draft model (its config.json, at the target's TP) at batch b and context
+  s. MTP rounds are refused: the FPM schema has no MTP round identity;
 * resources: KV bytes/token and the KV pool at ``gpu_memory_utilization`` from the op model's memory
   estimate (weights, activations and runtime overhead subtracted), stated as modelled.
 
@@ -31,15 +34,22 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 
 import jaxsim
 from jaxsim.errors import JaxsimError
-from jaxsim.importers.fpm_log import BinnedRows, LogIdentity, build_deployment, merge_columns, table_columns, write_profile_dir
+from jaxsim.importers.fpm_log import (
+    BinnedRows,
+    LogIdentity,
+    build_deployment,
+    merge_columns,
+    table_columns,
+    write_profile_dir,
+)
 from jaxsim.profile.model import (
     FMHA_QUANT_MODES,
     GEMM_QUANT_MODES,
@@ -304,7 +314,10 @@ class Engine:
     def __init__(self, model_path: str, system: str, version: str, tp: int, *, gemm: str | None, kv: str | None,
                  fmha: str | None, nextn: int = 0):
         engine, _, perf_database = _aic()
-        from aiconfigurator_core.sdk.config_builders import apply_nextn, build_model_config
+        from aiconfigurator_core.sdk.config_builders import (
+            apply_nextn,
+            build_model_config,
+        )
         from aiconfigurator_core.sdk.models import get_model
 
         cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=tp, moe_ep_size=1,
@@ -441,13 +454,13 @@ def round_latency_ms(verify_ms: float, draft_step_ms: float, num_draft_tokens: i
 def _speculative_rounds(r: ResolvedRequest, tp: int, eng: Engine, rows: BinnedRows) -> tuple[np.ndarray, int]:
     """Round latency at every decode row (batch b, total past KV k): verify + K draft steps (module docstring)."""
     k = r.req.num_draft_tokens
-    draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, 1, gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None,
+    draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, tp, gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None,
                    kv=eng.kv, fmha=eng.fmha)
     cache: dict[tuple, float] = {}
 
     def one_round(b: int, s: int) -> float:
         if (b, s) not in cache:
-            cache[(b, s)] = round_latency_ms(eng.prefill_ms(b, k + 1, s), draft.decode_ms(b, s), k)
+            cache[(b, s)] = round_latency_ms(eng.decode_ms(b * (k + 1), s), draft.decode_ms(b, s), k)
         return cache[(b, s)]
 
     out = np.array([at_mean_context(one_round, b, kv) for b, kv in zip(rows.decode_batch.tolist(), rows.decode_kv.tolist())])
@@ -518,9 +531,11 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
     if req.num_draft_tokens:
         spec = (
             f" Speculative rounds (EAGLE-3, K={req.num_draft_tokens}, draft config {r.draft_name}, sha1 {r.draft_sha1}): "
-            "the op model has no EAGLE-3 path, so each round at (b, k) = the target's prefill-shaped verify pass of K+1 "
-            "tokens per request over k/b cached tokens + K decode steps of the draft model (TP1) at the same batch and "
-            "context; draft_revision is the sha1 of the draft config.json, not a Hub revision. Prefill rows are the "
+            "the op model has no EAGLE-3 path, so each round at (b, k) = the target's verify pass priced the way the op model "
+            "prices its native MTP verify (a decode step of b x (K+1) query tokens at the mean past KV k/b, without MTP "
+            "layers) + K decode steps of the draft model at the same batch and "
+            "context (the draft at the target's TP); draft_revision is the sha1 of the draft config.json, not a Hub revision. Draft weights and KV "
+            "are not subtracted from the modelled pool (as for measured rounds, whose pool is used as recorded). Prefill rows are the "
             "target's prefill only."
         )
     provenance = (
@@ -572,7 +587,21 @@ def parse_tp_list(text: str) -> tuple[int, ...]:
 
 
 __all__: Sequence[str] = (
-    "INSTALL_HINT", "OpModelError", "OpModelImport", "OpModelRequest", "import_op_model", "known_models",
-    "known_systems", "parse_tp_list", "write_op_model", "decode_kv_grid", "decode_curve_kv", "at_mean_context", "prefill_token_grid",
-    "prefill_prefix_grid", "Engine", "resolve_request", "round_latency_ms",
+    "INSTALL_HINT",
+    "Engine",
+    "OpModelError",
+    "OpModelImport",
+    "OpModelRequest",
+    "at_mean_context",
+    "decode_curve_kv",
+    "decode_kv_grid",
+    "import_op_model",
+    "known_models",
+    "known_systems",
+    "parse_tp_list",
+    "prefill_prefix_grid",
+    "prefill_token_grid",
+    "resolve_request",
+    "round_latency_ms",
+    "write_op_model",
 )
