@@ -10,11 +10,17 @@ The correction model (chosen for few, noisy, unevenly spread samples; stated in 
 
 * the log is split by time (:func:`time_split`): windows of ``window`` consecutive passes, the first
   ``train_fraction`` of each window fits, the rest is held out and only scored;
-* decode: r = measured / modelled for the training decode-only passes the modelled table supports.
-  log r is reduced to robust medians per (batch, quarter-octave total-KV) bin; a weighted least-squares
-  polynomial of total degree ``decode_degree`` in (log2 batch, log2 total KV) is fitted to the bin
-  medians (weights sqrt(samples), a small ridge). Outside the training box of the two features the
-  factor is held at the box edge (features are clipped): a correction never extrapolates a trend;
+* decode: r = measured / modelled for the training decode-only passes the modelled table supports (after
+  the FPM importer's robust rules drop stalls and mis-split admission steps). log r is reduced to robust
+  medians per (batch, quarter-octave total-KV) bin; a weighted least-squares polynomial of total degree
+  ``decode_degree`` in (log2 batch, log2 total KV) is fitted to the bin medians (weights sqrt(samples), a
+  small ridge). Outside the training box of the two features the factor is held at the box edge
+  (features are clipped): a correction never extrapolates a trend. Then one offset per measured batch:
+  the median residual of that batch, shrunk by n / (n + ``level_shrink``), linear in log2 batch between
+  measured batches and held beyond them. Why: vLLM pads a decode batch to its CUDA-graph capture size, so
+  measured latency steps in batch (Qwen3-32B TP2: +9 to +15 % at batches 17-22 against -3 to -7 % at
+  10-13 after the smooth fit), a shape no low-order surface follows, while within one batch the residual
+  is smooth in KV (p10-p90 spread < 1 %);
 * prefill: samples are the prefill-only passes (r = measured / modelled) and the mixed passes whose
   modelled prefill part is at least ``mixed_prefill_share`` of the pass, which contribute the prefill
   ratio implied once the decode correction is applied: r = 1 + (measured - modelled pass with corrected
@@ -84,6 +90,11 @@ class CalibrationConfig:
     clip_lo: float = 0.5
     clip_hi: float = 2.0
     mixed_prefill_share: float = 0.25
+    level_min_samples: int = 3
+    decode_degrees: tuple[int, ...] = (1, 2, 3)
+    ridges: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
+    cv_tolerance: float = 0.02
+    level_shrink: float = 3.0
 
     def __post_init__(self):
         if self.window < 2 or not 0.0 < self.train_fraction < 1.0:
@@ -94,8 +105,10 @@ class CalibrationConfig:
     def describe(self) -> str:
         return (
             f"blocked time split (windows of {self.window} passes, first {self.train_fraction:g} fit, rest held out); "
-            f"decode: degree-{self.decode_degree} polynomial of log(measured/modelled) in (log2 batch, log2 total KV) on "
-            f"per-bin medians ({self.kv_bins_per_octave} KV bins per octave); prefill: degree-{self.prefill_degree} "
+            f"decode: a polynomial (degree in {list(self.decode_degrees)} and ridge in {list(self.ridges)} chosen by an inner "
+            f"time-blocked split of the training passes, the most regular within {self.cv_tolerance:g} of the best) of log(measured/modelled) in (log2 batch, log2 total KV) on "
+            f"per-bin medians ({self.kv_bins_per_octave} KV bins per octave) plus a per-measured-batch median offset shrunk by "
+            f"n/(n+{self.level_shrink:g}) (CUDA-graph batch padding makes latency step in batch); prefill: degree-{self.prefill_degree} "
             f"polynomial in log2 tokens (+ log2 batch, log2(1 + cached KV/tokens) where the log varies them) on per-bin "
             f"medians of prefill-only passes and of mixed passes' implied prefill ratios (prefill part >= "
             f"{self.mixed_prefill_share:g} of the pass); features clipped to the training box, factors to "
@@ -134,11 +147,18 @@ class Correction:
     clip_hi: float
     samples: int
     bins: int
+    level_x: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))  # feature-0 levels (log2 batch)
+    level_offset: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))  # log offsets at those levels
 
     @staticmethod
     def identity(phase: str, feature_names: tuple[str, ...]) -> Correction:
         n = len(feature_names)
         return Correction(phase, feature_names, (tuple([0] * n),), np.zeros(1), np.zeros(n), np.zeros(n), 1.0, 1.0, 0, 0)
+
+    def _level(self, x0: np.ndarray) -> np.ndarray:
+        if self.level_x.size == 0:
+            return np.zeros_like(x0)
+        return np.interp(x0, self.level_x, self.level_offset)  # linear between levels, held beyond the outer ones
 
     def _z(self, x: np.ndarray) -> np.ndarray:
         xc = np.clip(x, self.lo, self.hi)
@@ -148,7 +168,7 @@ class Correction:
     def log_factor(self, x: np.ndarray) -> np.ndarray:
         z = self._z(np.atleast_2d(np.asarray(x, np.float64)))
         design = np.stack([np.prod(z ** np.asarray(t), axis=1) for t in self.terms], axis=1)
-        return design @ self.coef
+        return design @ self.coef + self._level(np.atleast_2d(np.asarray(x, np.float64))[:, 0])
 
     def factor(self, x: np.ndarray) -> np.ndarray:
         return np.clip(np.exp(self.log_factor(x)), self.clip_lo, self.clip_hi)
@@ -158,6 +178,7 @@ class Correction:
             "phase": self.phase, "features": list(self.feature_names), "terms": [list(t) for t in self.terms],
             "coef": [float(c) for c in self.coef], "box_lo": [float(v) for v in self.lo], "box_hi": [float(v) for v in self.hi],
             "clip": [self.clip_lo, self.clip_hi], "samples": self.samples, "bins": self.bins,
+            "level_log2_batch": [float(v) for v in self.level_x], "level_log_offset": [float(v) for v in self.level_offset],
         }
 
 
@@ -206,6 +227,24 @@ def fit_correction(
     return replace(corr, coef=coef)
 
 
+def add_levels(corr: Correction, x: np.ndarray, log_ratio: np.ndarray, cfg: CalibrationConfig) -> Correction:
+    """Per measured level of feature 0 (decode batch): the median residual of the smooth fit, shrunk by
+    n / (n + level_shrink) (a level with few samples stays near the smooth surface)."""
+    if log_ratio.size == 0 or cfg.level_shrink < 0:
+        return corr
+    resid = log_ratio - corr.log_factor(x)
+    lv, inv = np.unique(x[:, 0], return_inverse=True)
+    inv = inv.reshape(-1)
+    keep, off = [], []
+    for g in range(lv.size):
+        r = resid[inv == g]
+        if r.size < cfg.level_min_samples:
+            continue
+        keep.append(lv[g])
+        off.append(float(np.median(r)) * r.size / (r.size + cfg.level_shrink))
+    return replace(corr, level_x=np.asarray(keep, np.float64), level_offset=np.asarray(off, np.float64))
+
+
 # ----------------------------------------------------------------------------------------------------
 # the log: reading, identity, split
 
@@ -226,6 +265,8 @@ class LogFacts:
     max_batch_size: int | None
     source: str
     kind: str  # "fpm" | "planner"
+    model_revision: str | None = None
+    revision_note: str = ""
 
 
 def _facts_from_files(log_path: Path, model_card: Path | None, vllm_metadata: Path | None) -> LogFacts:
@@ -247,6 +288,13 @@ def _facts_from_files(log_path: Path, model_card: Path | None, vllm_metadata: Pa
     kv = model_dtype if cache_dtype in (None, "auto") else _dtype_name(cache_dtype)
     blocks, block = runtime.get("total_kv_blocks"), card.get("kv_cache_block_size") or eff.get("cache_config.block_size")
     gmu = req.get("gpu_memory_utilization")
+    rev = next((r for r in (eff.get("model_config.revision"), req.get("revision"), card.get("revision")) if isinstance(r, str) and r.strip()), None)
+    note = ""
+    checksum = ((card.get("model_info") or {}).get("hf_config_json") or {}).get("checksum")
+    if rev is None and isinstance(checksum, str) and ":" in checksum and len(checksum.split(":", 1)[1]) >= 40:
+        rev = checksum.split(":", 1)[1][:40]
+        note = (f"model_revision {rev} is a PLACEHOLDER: the first 40 hex digits of the config.json checksum recorded in the "
+                f"log's model card ({checksum}); the log records no Hugging Face revision")
     return LogFacts(
         model=model if isinstance(model, str) and model else None,
         tp=tp if isinstance(tp, int) and not isinstance(tp, bool) else None,
@@ -257,7 +305,7 @@ def _facts_from_files(log_path: Path, model_card: Path | None, vllm_metadata: Pa
         max_model_len=eff.get("model_config.max_model_len") if isinstance(eff.get("model_config.max_model_len"), int) else None,
         max_num_tokens=runtime.get("max_num_batched_tokens") if isinstance(runtime.get("max_num_batched_tokens"), int) else None,
         max_batch_size=runtime.get("max_num_seqs") if isinstance(runtime.get("max_num_seqs"), int) else None,
-        source=str(log_path), kind="fpm",
+        source=str(log_path), kind="fpm", model_revision=rev, revision_note=note,
     )
 
 
@@ -302,10 +350,15 @@ def time_split(n: int, *, window: int = 100, train_fraction: float = 0.7) -> np.
     return (np.arange(n) % window) < int(round(train_fraction * window))
 
 
-def match_deployment(profile: ModelProfile, facts: LogFacts, *, tp: int | None, where: str) -> Deployment:
-    """The profile deployment the log measured; refuses a log of another model, TP or precision."""
-    if facts.model is not None and facts.model.strip().lower() != profile.model.strip().lower():
-        raise ProfileError(f"{facts.source}: the log measured model {facts.model!r}, but {where} is {profile.model!r}")
+def match_deployment(profile: ModelProfile, facts: LogFacts, *, tp: int | None, where: str, model: str | None = None) -> Deployment:
+    """The profile deployment the log measured; refuses a log of another model, TP or precision.
+
+    ``model`` declares the name the log measured the profile's model under (another checkpoint name of the
+    same architecture, e.g. a quantized release); without it the names must agree."""
+    want = (model or profile.model).strip().lower()
+    if facts.model is not None and facts.model.strip().lower() != want:
+        hint = "" if model else " (pass --model if the log measured this model under another name)"
+        raise ProfileError(f"{facts.source}: the log measured model {facts.model!r}, but {where} is {model or profile.model!r}{hint}")
     want_tp = tp if tp is not None else facts.tp
     if tp is not None and facts.tp is not None and tp != facts.tp:
         raise ProfileError(f"{facts.source}: --tp {tp} contradicts the log's tensor_parallel_size {facts.tp}")
@@ -421,6 +474,32 @@ def _stats(pred: np.ndarray, meas: np.ndarray, ok: np.ndarray, idx: np.ndarray) 
     }
 
 
+def select_decode_model(pos: np.ndarray, x: np.ndarray, y: np.ndarray, keys: np.ndarray, cfg: CalibrationConfig):
+    """(degree, ridge) for the decode surface by an inner time-blocked split of the TRAINING samples only
+    (``pos`` = their pass positions): the first train_fraction of each window of training samples fits, the
+    rest validates; score = median + p90/4 of the validation |error| (%); the most regular candidate within
+    ``cv_tolerance`` of the best score wins (larger ridge, then lower degree). Held-out passes are never seen."""
+    inner = time_split(pos.size, window=max(2, min(cfg.window, pos.size // 3)), train_fraction=cfg.train_fraction)
+    table: dict = {}
+    scored = []
+    if inner.all() or not inner.any() or pos.size < 8:
+        return cfg.decode_degree, cfg.ridge, table
+    for deg in cfg.decode_degrees:
+        for ridge in cfg.ridges:
+            c2 = replace(cfg, ridge=ridge)
+            corr = fit_correction(DECODE, ("b", "kv"), x[inner], y[inner], keys[inner], deg, c2)
+            corr = add_levels(corr, x[inner], y[inner], c2)
+            err = np.abs(np.exp(y[~inner] - corr.log_factor(x[~inner])) - 1.0) * 100.0
+            sc = float(np.median(err) + np.percentile(err, 90) / 4)
+            table[f"degree {deg}, ridge {ridge:g}"] = round(sc, 3)
+            scored.append((sc, deg, ridge))
+    # the most regular model within cfg.cv_tolerance of the best score: larger ridge first, then lower degree
+    top = min(sc for sc, _, _ in scored)
+    ok = [(-ridge, deg) for sc, deg, ridge in scored if sc <= top * (1 + cfg.cv_tolerance)]
+    r, deg = min(ok)
+    return deg, -r, table
+
+
 def fit(rows: Rows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig) -> tuple[Correction, Correction, dict]:
     """Fit the decode then the prefill correction on the training passes of ``log``."""
     kind = log.kind
@@ -440,7 +519,11 @@ def fit(rows: Rows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig) -> t
     xd = _decode_features(log.num_decode_requests[d], log.decode_kv_tokens[d])
     yd = np.log(meas[d] / pred[d])
     keys = np.stack([log.num_decode_requests[d], np.floor(xd[:, 1] * cfg.kv_bins_per_octave)], axis=1)
-    dec = fit_correction(DECODE, ("log2_batch", "log2_total_kv"), xd, yd, keys, cfg.decode_degree, cfg)
+    deg, ridge, cv = select_decode_model(d, xd, yd, keys, cfg)
+    fcfg = replace(cfg, ridge=ridge)
+    dec = fit_correction(DECODE, ("log2_batch", "log2_total_kv"), xd, yd, keys, deg, fcfg)
+    dec = add_levels(dec, xd, yd, fcfg)
+    info.update(decode_degree=deg, decode_ridge=ridge, decode_inner_cv=cv)
     info["decode_samples"] = int(d.size)
     # prefill: prefill-only passes directly, mixed passes through their implied prefill ratio
     mid, _ = apply_corrections(rows, dec, Correction.identity(PREFILL, ("", "", "")))
@@ -511,12 +594,16 @@ class Calibration:
 
 
 def _source_data_label(bundle) -> str:
-    for attr in ("data_source",):
-        v = getattr(bundle.profile, attr, None)
-        if isinstance(v, str):
-            return v
-    prov = bundle.profile.provenance.lstrip().split(".", 1)[0].strip().lower()
-    return prov if prov in ("measured", "derived", "modelled", "calibrated") else "unstated"
+    """measured / derived / modelled / calibrated, from the profile (or its table's) stated data source."""
+    import re
+
+    for text in (getattr(bundle.profile, "data_source", None), bundle.table.sidecar.get("data_source"),
+                 bundle.table.sidecar.get("provenance"), bundle.profile.provenance):
+        if isinstance(text, str):
+            m = re.match(r"\s*(measured|derived|modelled|calibrated)\b", text, re.IGNORECASE)
+            if m:
+                return m.group(1).lower()
+    return "source"
 
 
 def calibrate(
@@ -527,6 +614,8 @@ def calibrate(
     backend_version: str | None = None,
     model_card: str | os.PathLike | None = None,
     vllm_metadata: str | os.PathLike | None = None,
+    model: str | None = None,
+    model_revision: str | None = None,
     config: CalibrationConfig = CalibrationConfig(),
 ) -> Calibration:
     """Fit and score a calibration (nothing is written; see :func:`write_calibration`)."""
@@ -534,7 +623,7 @@ def calibrate(
 
     bundle = load_bundle(Path(profile_dir))
     log, facts = read_log(log_path, model_card=model_card, vllm_metadata=vllm_metadata)
-    dep = match_deployment(bundle.profile, facts, tp=tp, where=f"profile {bundle.root}")
+    dep = match_deployment(bundle.profile, facts, tp=tp, where=f"profile {bundle.root}", model=model)
     cell = bundle.cell(dep)
     rows = Rows(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms, cell.prefill_batch, cell.prefill_tokens,
                 cell.prefill_kv, cell.prefill_latency_ms)
@@ -555,7 +644,15 @@ def calibrate(
     tables = {"measured-direct": measured_direct_table(log, train), info["source_data"]: base, DATA_SOURCE: _compile(corrected)}
     scores = score(log, ~train, tables)
     dep_out = _log_deployment(dep, facts, backend_version)
-    return Calibration(bundle.profile, dep_out, corrected, dec, pre, scores, info, log, facts, config)
+    info["source_backend_version"] = dep.backend_version
+    info["source_model"] = bundle.profile.model
+    info["source_provenance"] = bundle.profile.provenance
+    info["source_model_revision"] = bundle.profile.model_revision
+    ident = {"model": model or facts.model or bundle.profile.model,
+             "model_revision": model_revision or facts.model_revision or bundle.profile.model_revision}
+    info["revision_note"] = "" if model_revision else facts.revision_note
+    profile = replace(bundle.profile, **ident)
+    return Calibration(profile, dep_out, corrected, dec, pre, scores, info, log, facts, config)
 
 
 def _log_deployment(dep: Deployment, facts: LogFacts, backend_version: str | None) -> Deployment:
@@ -600,6 +697,10 @@ def score_lines(scores: dict) -> list[list[str]]:
     return out
 
 
+def _source_provenance(cal: Calibration) -> str:
+    return cal.info.get("source_provenance", "")[:700]
+
+
 def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple[ModelProfile, dict]:
     """The calibrated one-deployment profile and its table columns."""
     src = cal.profile
@@ -609,7 +710,10 @@ def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple
         f"{cal.facts.source} (sha256 {cal.log.sha256[:16]}, {len(cal.log)} passes; {cal.info['decode_samples']} decode, "
         f"{cal.info['prefill_samples']} prefill-only and {cal.info['mixed_samples']} mixed training passes used). "
         f"Model: {cal.config.describe()}. Identity of the log: backend {cal.deployment.backend} "
-        f"{cal.deployment.backend_version}; source profile provenance: {src.provenance[:600]}"
+        f"{cal.deployment.backend_version} (the source profile's is {cal.info['source_backend_version']}); model "
+        f"{src.model} (source profile: {cal.info['source_model']}, revision {cal.info['source_model_revision']}). "
+        + (cal.info["revision_note"] + ". " if cal.info.get("revision_note") else "")
+        + f"Source profile provenance: {_source_provenance(cal)}"
         + (" " + provenance_extra if provenance_extra else "")
     )
     profile = ModelProfile.from_dict(

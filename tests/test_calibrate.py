@@ -19,6 +19,7 @@ from jaxsim.profile.table import read_table
 
 EXCERPT = Path(__file__).parent / "data" / "fpm_qwen3_32b_tp1_excerpt"
 LOG = EXCERPT / "fpm_metrics_detail.csv"
+FULL_LOG = Path(__file__).parent / "data" / "fpm_qwen3_32b_tp1" / "fpm_metrics_detail.csv"
 runner = CliRunner()
 
 
@@ -171,3 +172,26 @@ def test_bad_logs_exit_2_with_one_line_and_write_nothing(modelled, tmp_path, kwa
     assert r.exit_code == 2, r.output
     assert needle in r.output and len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
     assert not out.exists() and not any(p.name.startswith(".cal") for p in tmp_path.iterdir())
+
+
+def test_op_model_profile_calibrated_to_the_real_log_meets_the_targets(tmp_path):
+    """The real case: aiconfigurator's op model of Qwen3-32B on B300 TP1 (biased 10-20 % on decode) calibrated
+    to the complete measured TP1 log; held-out passes (blocked time split) meet the issue's targets."""
+    pytest.importorskip("aiconfigurator_core")
+    modelled = tmp_path / "modelled"
+    r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "b300_sxm", "--tp", "1", "--max-num-seqs", "64",
+                            "--max-prefill-batch", "4", "--output", str(modelled)])
+    assert r.exit_code == 0, r.output
+    cal = C.calibrate(modelled, FULL_LOG)
+    s = cal.scores
+    assert s["modelled"]["decode"]["median_ape"] > 8.0  # the op model alone misses
+    for ph in ("decode", "prefill", "mixed"):
+        assert s["calibrated"][ph]["coverage"] == 1.0, ph
+    assert s["calibrated"]["decode"]["median_ape"] <= 2.0 and s["calibrated"]["decode"]["p90_ape"] <= 6.0
+    assert s["calibrated"]["prefill"]["median_ape"] <= 5.0
+    assert s["calibrated"]["mixed"]["median_ape"] <= 8.0
+    # the log's identity: its vLLM version, its KV pool; the op model's database version is kept in the provenance
+    prof, _ = C.calibrated_profile(cal)
+    assert prof.deployments[0].backend_version == "0.20.1" != cal.info["source_backend_version"]
+    assert f"the source profile's is {cal.info['source_backend_version']}" in prof.provenance
+    assert prof.model_revision == "8f8de0f7287916536ee3ea3e6cd2cde8216c311b"  # placeholder from the log's model card

@@ -14,11 +14,12 @@ CALIBRATE_HELP = """Fit a smooth per-phase correction of a (modelled) profile to
 
 PROFILE is a profile directory or bundled name (typically from `jaxsim import op-model`). LOG is a per-pass FPM log
 (fpm_metrics_detail.csv or ForwardPassMetrics JSONL; the Dynamo model card and vLLM metadata beside it are read when
-present) or a Dynamo planner results folder (prefill.csv, decode.csv). The log must measure the profile's model, TP and
+present) or a Dynamo planner results folder (prefill.csv, decode.csv; windows of 10 points by default). The log must measure the profile's model, TP and
 precisions; the calibrated profile takes the log's identity (backend version, KV pool, scheduler envelope).
 
 The log is split by time (windows of --window passes, the first --train-fraction fit, the rest held out). Decode:
-a low-order polynomial of log(measured / modelled) in (log2 batch, log2 total KV) fitted to robust per-bin medians;
+a low-order polynomial of log(measured / modelled) in (log2 batch, log2 total KV) fitted to robust per-bin medians,
+plus a shrunk per-measured-batch offset (vLLM pads decode batches to CUDA-graph sizes, so real latency steps in batch);
 prefill: the same in log2 tokens (+ batch, cached KV where varied), from prefill-only passes and the prefill share of
 mixed passes. Features are clipped to the training box (no extrapolated trend), factors to [0.5, 2], corrected rows
 never invert the base's order. Prints, for the held-out passes, coverage and median / p90 absolute % error per phase
@@ -59,6 +60,8 @@ def register(app: typer.Typer) -> None:
         backend_version: Optional[str] = typer.Option(None, "--backend-version", help="Backend version of the log (default: its metadata)."),
         model_card: Optional[Path] = typer.Option(None, "--model-card", help="Dynamo model card (default: beside the log)."),
         vllm_metadata: Optional[Path] = typer.Option(None, "--vllm-metadata", help="vLLM metadata (default: beside the log)."),
+        model: Optional[str] = typer.Option(None, "--model", help="Name the log measured the profile's model under (same architecture, e.g. a quantized release); the calibrated profile takes it."),
+        model_revision: Optional[str] = typer.Option(None, "--model-revision", help="Pinned revision of the log's checkpoint (default: the log's, else a placeholder from its model card, else the profile's)."),
         window: int = typer.Option(100, "--window", help="Passes per time window of the held-out split."),
         train_fraction: float = typer.Option(0.7, "--train-fraction", help="Leading share of each window that fits."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
@@ -69,8 +72,10 @@ def register(app: typer.Typer) -> None:
 
         refuse_overwrite(output, force)
         cfg = CalibrationConfig(window=window, train_fraction=train_fraction)
+        if window == 100 and train_fraction == 0.7 and log.is_dir():
+            cfg = CalibrationConfig(window=10, train_fraction=0.7)  # planner sweeps: tens of points
         cal = calibrate(resolve_profile_dir(profile), log, tp=tp, backend_version=backend_version, model_card=model_card,
-                        vllm_metadata=vllm_metadata, config=cfg)
+                        vllm_metadata=vllm_metadata, model=model, model_revision=model_revision, config=cfg)
         write_calibrated(output, [calibrated_profile(cal)], force=True, report=cal.summary())
         if as_json:
             from jaxsim.calibrate import _json_default
