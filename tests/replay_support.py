@@ -179,7 +179,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
 
         rdy = ready()
         while K and rdy:
-            burst = lambda r: min(K + 1, r.out - r.gen) if sched[r][0] == "d" else 1
+            burst = lambda r: min(sched[r][1], r.out - r.gen) if sched[r][0] == "d" else 1  # scheduled tokens
             if sum(blocks(r.length + burst(r)) - blocks(r.length) for r in rdy) <= free():
                 break
             sched.pop(preempt_tail(), None)

@@ -1,4 +1,4 @@
-"""Three speculative-decoding scheduler rules, each a minimal case where an earlier engine disagreed
+"""Four speculative-decoding scheduler rules, each a small case where an earlier engine disagreed
 with the reference (tests/data/replay_cases, issue 15): ``jaxsim replay`` and the plain-Python oracle
 must reproduce the reference's per-request results bit for bit (TTFT, E2E, admissions, preemptions).
 
@@ -8,7 +8,9 @@ must reproduce the reference's per-request results bit for bit (TTFT, E2E, admis
 * decode-burst-exceeds-scheduled-tokens: a decode scheduled fewer than K+1 tokens emits at most that
   many;
 * recompute-ending-one-token-short: a preempted request whose recompute stops one token short finishes
-  the recompute with one token (not a decode round).
+  the recompute with one token (not a decode round);
+* fuzz-sd-reservation-uses-scheduled-tokens (found by scripts/diff_replay_vs_reference.py, seed 27):
+  the KV reserved for a decode's burst is for its scheduled tokens, not K+1 (tight budget and pool).
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ def _trace_rows(case: str) -> list[dict]:
     return [json.loads(ln) for ln in lines if ln.strip()]
 
 
-def test_the_three_cases_are_present():
+def test_the_cases_are_present():
     assert CASES == [
+        "fuzz-sd-reservation-uses-scheduled-tokens",
         "minimal-sd-decode-burst-exceeds-scheduled-tokens",
         "minimal-sd-decode-tokens-at-context-limit",
         "minimal-sd-recompute-ending-one-token-short",

@@ -14,8 +14,8 @@ Semantics (reverse-engineered from the reference's replay goldens, matched bit f
 * Without a preemption in the pass, waiting requests are admitted FCFS while ``max_num_seqs``, the
   budget and the free blocks (the whole known sequence must fit) allow.
 * Speculative passes then reserve, for every ready request, the blocks to grow by its burst
-  (``min(K+1, remaining)`` for a decode, 1 for a completed prefill), preempting the running tail
-  until the reservation fits.
+  (``min(scheduled tokens, remaining)`` for a decode, 1 for a completed prefill), preempting the
+  running tail until the reservation fits.
 * Pass time = prefill lookup (requests computing prompt tokens: Σ new prompt tokens, Σ prompt tokens
   already cached) + decode lookup (ready requests that have emitted a token: Σ past KV), each rounded
   to whole nanoseconds. A fresh prefill emits the first token at the pass end; a decode round emits
@@ -286,7 +286,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
 
     # ---- speculative reservation for the round's bursts -----------------------------------------
     ready = in2 & sched2 & (gen2 < out2) & (dec2 | (comp2 == len2))
-    rb = jnp.where(dec2, jnp.minimum(K + 1, out2 - gen2), 1)
+    rb = jnp.where(dec2, jnp.minimum(n_sched2, out2 - gen2), 1)  # a decode's burst: at most its scheduled tokens
     req_blk = jnp.where(ready, _blocks(len2 + rb, bs) - _blocks(len2, bs), 0)
     cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
     ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
