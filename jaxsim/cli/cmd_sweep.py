@@ -40,7 +40,7 @@ def _rows(table) -> list[dict]:
     return table.to_pylist() if table is not None and table.num_columns else []
 
 
-def _describe(r: dict) -> dict:
+def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
     mode = r["mode"] if r["mode"] == "aggregated" else f"disagg {r['prefill_workers']}:{r['decode_workers']}"
     return {
         "profile": r["profile"],
@@ -51,6 +51,7 @@ def _describe(r: dict) -> dict:
         "acceptance": r["acceptance"] if r["nextn"] else "-",
         "conc": f"{r['concurrency']}/{r['concurrency_target']}",
         "ttft_ms": _fmt(r["ttft_ms"]),
+        **{_pct_label(k): _fmt(r.get(_pct_column(k), float("nan"))) for k in pct_keys},
         "tpot_ms": _fmt(r["tpot_ms"], 2),
         "tok/s/user": _fmt(r["tokens_per_s_per_user"]),
         "tok/s/gpu": _fmt(r["output_tokens_per_s_per_gpu"]),
@@ -58,23 +59,35 @@ def _describe(r: dict) -> dict:
     }
 
 
-def _table(title: str, rows: list[dict]):
+def _pct_label(key: str) -> str:
+    """``p90_ttft_ms`` → ``p90 ttft``."""
+    p, m, _ = key.split("_")
+    return f"{p} {m}"
+
+
+def _pct_column(key: str) -> str:
+    """SLA key ``p90_ttft_ms`` → result column ``ttft_p90_ms``."""
+    p, m, _ = key.split("_")
+    return f"{m}_{p}_ms"
+
+
+def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = ()):
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
     if not rows:
         t.add_column("(none)")
         return t
-    cols = list(_describe(rows[0]))
+    cols = list(_describe(rows[0], pct_keys))
     for c in cols:
-        t.add_column(c, justify="right" if c in ("tp", "nextn", "conc", "ttft_ms", "tpot_ms", "tok/s/user", "tok/s/gpu", "req/s") else "left")
+        t.add_column(c, justify="left" if c in ("profile", "source", "mode", "acceptance") else "right")
     for r in rows:
-        d = _describe(r)
+        d = _describe(r, pct_keys)
         t.add_row(*(str(d[c]) for c in cols))
     return t
 
 
-def _report(res, plot: Optional[Path], max_pareto: int) -> None:
+def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -99,13 +112,14 @@ def _report(res, plot: Optional[Path], max_pareto: int) -> None:
     con.print(t)
     con.print(f"SLA-feasible: {s['sla_feasible']:,} of {s['configs_evaluated']:,}")
     top_rows, front = _rows(res.top), _rows(res.pareto)
+    pk = tuple(sla.percentile_limits()) if sla is not None else ()
     for wl in dict.fromkeys([r["workload"] for r in top_rows] + [r["workload"] for r in front]):
         rows = [r for r in top_rows if r["workload"] == wl]
-        con.print(_table(f"workload {wl}: top {len(rows)} by output tokens/s per GPU (SLA-feasible)", rows))
+        con.print(_table(f"workload {wl}: top {len(rows)} by output tokens/s per GPU (SLA-feasible)", rows, pk))
         pts = [r for r in front if r["workload"] == wl]
         shown = pts if len(pts) <= max_pareto else [pts[round(i * (len(pts) - 1) / (max_pareto - 1))] for i in range(max_pareto)]
         more = f", {len(shown)} shown" if len(shown) < len(pts) else ""
-        con.print(_table(f"workload {wl}: Pareto frontier, tokens/s per user vs per GPU ({len(pts)} points{more})", shown))
+        con.print(_table(f"workload {wl}: Pareto frontier, tokens/s per user vs per GPU ({len(pts)} points{more})", shown, pk))
     if not top_rows:
         con.print("no configuration meets the SLA")
     rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
@@ -117,7 +131,27 @@ def _report(res, plot: Optional[Path], max_pareto: int) -> None:
     )
 
 
-def _json(res, plot: Optional[Path]) -> str:
+def _report_verified(verified, trace, path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if stderr_is_tty() else 200)
+    t = Table(title=f"replay verification on {trace.name} ({len(trace)} requests): the SLA applied to the replayed distribution",
+              title_justify="left")
+    for c in ("workload", "replay", "done", "TTFT p90", "TPOT mean", "E2E p99", "tok/s/user", "verified", "why"):
+        t.add_column(c, justify="right" if c in ("done", "TTFT p90", "TPOT mean", "E2E p99", "tok/s/user") else "left",
+                     overflow="fold")
+    for r in verified.to_pylist():
+        t.add_row(r["workload"], r["replay"], f"{r['completed']}/{r['requests']}", _fmt(r["ttft_p90_ms"] if r["ttft_p90_ms"] is not None else float("nan")),
+                  _fmt(r["tpot_mean_ms"] if r["tpot_mean_ms"] is not None else float("nan"), 2),
+                  _fmt(r["e2e_p99_ms"] if r["e2e_p99_ms"] is not None else float("nan")),
+                  _fmt(r["tokens_per_s_per_user"] if r["tokens_per_s_per_user"] is not None else float("nan")),
+                  "yes" if r["verified"] else "NO", r["why"] or "-")
+    con.print(t)
+    con.print(f"verification: {path}")
+
+
+def _json(res, plot: Optional[Path], verified=None, vpath: Optional[Path] = None) -> str:
     def clean(rows):
         return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
 
@@ -128,6 +162,8 @@ def _json(res, plot: Optional[Path]) -> str:
         devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused,
         top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
     )
+    if verified is not None:
+        out.update(verified=clean(verified.to_pylist()), verified_output=str(vpath))
     return json.dumps(out, indent=1, default=str)
 
 
@@ -164,11 +200,18 @@ def register(app: typer.Typer) -> None:
         coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
         num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
         process_id: Optional[int] = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
+        verify_top: Optional[int] = typer.Option(None, "--verify-top", help="Replay the best N configurations per workload on --trace (one batched replay) and apply the SLA to the replayed distribution; writes OUTPUT with suffix .verified.parquet."),
+        trace: Optional[str] = typer.Option(None, "--trace", help="Trace for --verify-top: a file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name."),
     ) -> None:
         from jaxsim.sweep import load_spec, run_sweep
 
-        if top < 1:
-            fail(f"--top must be >= 1 (got {top})")
+        from jaxsim import limits
+
+        limits.check("top", top, "--top")
+        if (verify_top is None) != (trace is None):
+            fail("--verify-top N and --trace TRACE go together")
+        if verify_top is not None:
+            limits.check("top", verify_top, "--verify-top")
         if chunk_size < 1:
             fail(f"--chunk-size must be >= 1 (got {chunk_size})")
         if not spec.is_file():
@@ -178,6 +221,13 @@ def register(app: typer.Typer) -> None:
         if out.suffix.lower() != ".parquet":
             fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
         refuse_overwrite(out, force)
+        vpath = out.with_name(out.stem + ".verified.parquet")
+        tr = None
+        if verify_top is not None:
+            from jaxsim.replay.traces import load_trace
+
+            refuse_overwrite(vpath, force)
+            tr = load_trace(trace)
         if csv:
             refuse_overwrite(out.with_suffix(".csv"), force)
         if plot is not None:
@@ -203,7 +253,16 @@ def register(app: typer.Typer) -> None:
             from jaxsim.plots import plot_pareto
 
             plot_pareto(out, plot, title=f"jaxsim sweep {s.name}: throughput vs interactivity (SLA-feasible highlighted)")
+        verified = None
+        if tr is not None:
+            from jaxsim.outputs import write_table
+            from jaxsim.sweep.verify import verify_top as run_verify
+
+            verified = run_verify(res.plan, res.top, tr, verify_top)
+            write_table(verified, vpath, allowed=("parquet",))
         if as_json:
-            typer.echo(_json(res, plot))
+            typer.echo(_json(res, plot, verified, vpath))
         else:
-            _report(res, plot, max_pareto=10)
+            _report(res, plot, max_pareto=10, sla=s.sla)
+            if verified is not None:
+                _report_verified(verified, tr, vpath)

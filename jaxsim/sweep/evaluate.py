@@ -86,21 +86,53 @@ class ConfigInputs(eqx.Module):
     weight: Float64[Array, " W"]
 
 
+PERCENTILES = (50, 90, 99)
+PERCENTILE_METRICS = ("ttft", "tpot", "e2e")
+PERCENTILE_KEYS = tuple(f"p{p}_{m}_ms" for m in PERCENTILE_METRICS for p in PERCENTILES)  # SLA keys and result columns
+
+
 class Sla(eqx.Module):
-    """Service-level limits on mean TTFT, mean TPOT and per-user output rate (inf/0 = no limit)."""
+    """Service-level limits (inf/0 = no limit): mean TTFT, TPOT, E2E, per-user output rate, and
+    percentile limits ``pct_ms[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99) over the workload mix."""
 
     max_ttft_ms: Float64[Array, ""]
     max_tpot_ms: Float64[Array, ""]
     min_tokens_per_s_per_user: Float64[Array, ""]
+    max_e2e_ms: Float64[Array, ""]
+    pct_ms: Float64[Array, "3 3"]
 
     @staticmethod
-    def make(max_ttft_ms: float | None = None, max_tpot_ms: float | None = None, min_tokens_per_s_per_user: float | None = None) -> "Sla":
+    def make(max_ttft_ms: float | None = None, max_tpot_ms: float | None = None, min_tokens_per_s_per_user: float | None = None,
+             max_e2e_ms: float | None = None, **percentiles: float | None) -> "Sla":
+        """``percentiles``: keys of :data:`PERCENTILE_KEYS` (``p90_ttft_ms=2000.0``, ...)."""
         inf = float("inf")
+        bad = set(percentiles) - set(PERCENTILE_KEYS)
+        if bad:
+            raise ValueError(f"unknown percentile SLA key(s): {', '.join(sorted(bad))}")
+        pct = np.full((3, 3), inf)
+        for k, v in percentiles.items():
+            if v is not None:
+                pct[PERCENTILE_KEYS.index(k) // 3, PERCENTILE_KEYS.index(k) % 3] = v
         return Sla(
             jnp.float64(inf if max_ttft_ms is None else max_ttft_ms),
             jnp.float64(inf if max_tpot_ms is None else max_tpot_ms),
             jnp.float64(0.0 if min_tokens_per_s_per_user is None else min_tokens_per_s_per_user),
+            jnp.float64(inf if max_e2e_ms is None else max_e2e_ms),
+            jnp.asarray(pct, jnp.float64),
         )
+
+
+def weighted_percentiles(values: Float64[Array, " W"], weights: Float64[Array, " W"]) -> Float64[Array, " 3"]:
+    """p50/p90/p99 of a discrete distribution: value ``values[i]`` with probability ``weights[i]``
+    (normalised here; zero-weight entries ignored). The p-th percentile is the smallest value whose
+    cumulative probability reaches p (the inverse CDF, no interpolation between classes)."""
+    v = jnp.where(weights > 0, values, jnp.inf)
+    order = jnp.argsort(v)
+    cw = jnp.cumsum(jnp.maximum(weights, 0.0)[order])
+    total = jnp.maximum(cw[-1], 1e-300)
+    q = jnp.asarray(PERCENTILES, jnp.float64) / 100.0
+    idx = jnp.searchsorted(cw / total, q - 1e-12, side="left")
+    return v[order][jnp.clip(idx, 0, v.shape[0] - 1)]
 
 
 class Metrics(eqx.Module):
@@ -121,6 +153,15 @@ class Metrics(eqx.Module):
     request_rate_per_s: Float64[Array, ""]
     output_tokens_per_s_per_gpu: Float64[Array, ""]
     tokens_per_s_per_user: Float64[Array, ""]
+    ttft_p50_ms: Float64[Array, ""]
+    ttft_p90_ms: Float64[Array, ""]
+    ttft_p99_ms: Float64[Array, ""]
+    tpot_p50_ms: Float64[Array, ""]
+    tpot_p90_ms: Float64[Array, ""]
+    tpot_p99_ms: Float64[Array, ""]
+    e2e_p50_ms: Float64[Array, ""]
+    e2e_p90_ms: Float64[Array, ""]
+    e2e_p99_ms: Float64[Array, ""]
     sla_ok: Bool[Array, ""]
 
 
@@ -369,7 +410,15 @@ def evaluate_config(
     def nan(v):
         return jnp.where(ok, v, jnp.nan)
 
-    sla_ok = ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
+    # percentiles over the workload mix: each class's latency with its weight; the queueing wait is the
+    # model's constant (its mean), so the spread comes from the classes' lengths only (docs/sweep.md)
+    pct = jnp.stack([
+        weighted_percentiles(ttft_w, w),
+        weighted_percentiles(tpot_w, w * (gen > 0)),
+        weighted_percentiles(ttft_w + decode_w, w),
+    ])
+    sla_ok = (ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
+              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.pct_ms))
     return Metrics(
         status=status,
         limit=limit,
@@ -386,6 +435,9 @@ def evaluate_config(
         request_rate_per_s=nan(rate_s),
         output_tokens_per_s_per_gpu=nan(rate_s * out_tok / gpus),
         tokens_per_s_per_user=nan(tps_user),
+        ttft_p50_ms=nan(pct[0, 0]), ttft_p90_ms=nan(pct[0, 1]), ttft_p99_ms=nan(pct[0, 2]),
+        tpot_p50_ms=nan(pct[1, 0]), tpot_p90_ms=nan(pct[1, 1]), tpot_p99_ms=nan(pct[1, 2]),
+        e2e_p50_ms=nan(pct[2, 0]), e2e_p90_ms=nan(pct[2, 1]), e2e_p99_ms=nan(pct[2, 2]),
         sla_ok=sla_ok,
     )
 

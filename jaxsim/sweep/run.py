@@ -45,7 +45,9 @@ FORMAT = "jaxsim-sweep-v1"
 METRIC_COLUMNS = (
     "status", "status_name", "limit", "concurrency", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
     "rounds", "tokens_per_round", "ttft_ms", "tpot_ms", "e2e_ms", "request_rate_per_s",
-    "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "total_output_tokens_per_s", "sla_ok",
+    "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "total_output_tokens_per_s",
+    "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
+    "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "sla_ok",
 )
 _STATUS_DICT = pa.array([ev.STATUS_NAMES.get(i, f"unknown:{i}") for i in range(64)], pa.string())
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
@@ -117,7 +119,7 @@ class Evaluator:
         self.stack = put(ev.stack_tables(plan.tables)) if plan.tables else None
         self.rounds = put(plan.rounds_table()) if plan.tables else None
         s = plan.spec.sla
-        self.sla = put(ev.Sla.make(s.max_ttft_ms, s.max_tpot_ms, s.min_tokens_per_s_per_user))
+        self.sla = put(ev.Sla.make(**s.limits()))
         self.sd = plan.table_speculative
         self.compiled = None
         self.compile_s = 0.0

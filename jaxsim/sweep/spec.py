@@ -101,9 +101,28 @@ class Workload:
 
 @dataclass(frozen=True)
 class SlaSpec:
+    """``[sla]``: mean limits, and percentile limits over the workload mix (``p90_ttft_ms``, ...)."""
+
     max_ttft_ms: float | None = None
     max_tpot_ms: float | None = None
     min_tokens_per_s_per_user: float | None = None
+    max_e2e_ms: float | None = None
+    p50_ttft_ms: float | None = None
+    p90_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    p50_tpot_ms: float | None = None
+    p90_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    p50_e2e_ms: float | None = None
+    p90_e2e_ms: float | None = None
+    p99_e2e_ms: float | None = None
+
+    def limits(self) -> dict:
+        """The stated limits (keyword arguments of :meth:`jaxsim.sweep.evaluate.Sla.make`)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if getattr(self, k) is not None}
+
+    def percentile_limits(self) -> dict:
+        return {k: v for k, v in self.limits().items() if k.startswith("p")}
 
 
 @dataclass(frozen=True)
@@ -361,7 +380,7 @@ def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: 
         for x in r.ints(sch.get("max_num_batched_tokens", [RECORDED]), "scheduler.max_num_batched_tokens", allow=(RECORDED,),
                         limit="tokens")
     )
-    sla_raw = r.table(d.get("sla", {}), "sla", ("max_ttft_ms", "max_tpot_ms", "min_tokens_per_s_per_user"))
+    sla_raw = r.table(d.get("sla", {}), "sla", tuple(SlaSpec.__dataclass_fields__))
     sla = SlaSpec(**{k: r.num(v, f"sla.{k}", strict=k != "min_tokens_per_s_per_user") for k, v in sla_raw.items()})
     budget = d.get("gpu_budget")
     if budget is not None:

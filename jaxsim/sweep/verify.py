@@ -1,0 +1,107 @@
+"""Verify a sweep's best configurations by replaying a trace (``jaxsim sweep ... --verify-top N --trace T``).
+
+The sweep's percentiles are analytic: over its workload mix, with queueing modelled as a constant wait
+(docs/sweep.md). Verification replays the best ``N`` SLA-feasible configurations per workload in ONE
+batched replay (:func:`jaxsim.replay.batch.run_replays`), each at its own concurrency (``max_num_seqs``
+capped at the configuration's concurrency per worker) and replica count, and applies the same SLA to the
+replayed per-request distribution: mean and p50/p90/p99 TTFT, TPOT and E2E, and tokens/s per user
+(1000 / mean TPOT). A configuration is ``verified`` when its replay completed every request of the
+trace inside measured support and met every limit; otherwise ``why`` says what failed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from jaxsim.replay.batch import ReplayConfig, WorkerPool, run_replays
+from jaxsim.replay.traces import Trace
+from jaxsim.sweep.spec import SlaSpec, SweepPlan
+
+PCT = (50, 90, 99)
+
+
+def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
+    """The deployment of one sweep configuration as a replay: its tables, envelope and KV pools, its
+    replicas (gpu_budget // GPUs per unit), and ``max_num_seqs`` capped at its concurrency per worker."""
+    b, c, _ = plan.decode_index(np.asarray([config_id], np.int64))
+    b, c = int(b[0]), int(c[0])
+    B, labels = plan.bindings, plan.labels
+    g = lambda k: int(B[k][b])  # noqa: E731
+    conc = int(plan.spec.concurrency[c])
+    mode = labels["mode"][g("mode")]
+    reps = max(g("replicas"), 1)
+    seqs = min(g("max_num_seqs"), conc)
+    name = (f"#{config_id} {labels['profile'][g('profile')]} tp={g('tp')} {mode}"
+            + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
+            + (f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]}" if g("nextn") else "") + f" conc={conc} x{reps}")
+    rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
+    source = labels["data_source"][g("data_source")] if "data_source" in labels else "measured"
+    dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), seqs, g("block_size"), g("kv_blocks"),
+                     g("max_model_len"), reps * (g("decode_workers") if mode == "disaggregated" else 1))
+    if mode == "aggregated":
+        return ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source)
+    pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("max_num_seqs"), g("block_size"),
+                     g("prefill_kv_blocks"), g("max_model_len"), reps * g("prefill_workers"))
+    return ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
+                        kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source)
+
+
+def pick_top(top: pa.Table, n: int) -> list[tuple[str, int]]:
+    """(workload, config_id) of the best ``n`` rows per workload of the sweep's top table (already
+    ordered best first within each workload)."""
+    out: dict[str, list[int]] = {}
+    for r in top.select(["workload", "config_id"]).to_pylist():
+        lst = out.setdefault(str(r["workload"]), [])
+        if len(lst) < n:
+            lst.append(int(r["config_id"]))
+    return [(w, i) for w, ids in out.items() for i in ids]
+
+
+def judge(requests: dict, status_text: str, failure: str, sla: SlaSpec) -> tuple[dict, bool, str]:
+    """Replayed metrics of one configuration, whether they meet ``sla``, and why not."""
+    done = requests["terminal"] == "completed"
+    n = done.size
+    m: dict[str, float | None] = {"completed": int(done.sum()), "requests": int(n)}
+    for metric in ("ttft", "tpot", "e2e"):
+        v = np.asarray(requests[f"{metric}_ms"], np.float64)[done]
+        v = v[np.isfinite(v)]
+        m[f"{metric}_mean_ms"] = float(v.mean()) if v.size else None
+        for p in PCT:
+            m[f"{metric}_p{p}_ms"] = float(np.percentile(v, p, method="inverted_cdf")) if v.size else None
+    tpot = m["tpot_mean_ms"]
+    m["tokens_per_s_per_user"] = 1e3 / tpot if tpot else None
+    why = []
+    if status_text != "completed":
+        why.append(status_text + (f" at {failure}" if failure else ""))
+    if m["completed"] < n:
+        why.append(f"{n - m['completed']} of {n} requests not completed")
+    checks = [("max_ttft_ms", "ttft_mean_ms", "mean TTFT"), ("max_tpot_ms", "tpot_mean_ms", "mean TPOT"),
+              ("max_e2e_ms", "e2e_mean_ms", "mean E2E")]
+    checks += [(f"p{p}_{x}_ms", f"{x}_p{p}_ms", f"p{p} {x.upper()}") for x in ("ttft", "tpot", "e2e") for p in PCT]
+    for key, col, label in checks:
+        lim = getattr(sla, key)
+        if lim is not None and m[col] is not None and m[col] > lim:
+            why.append(f"{label} {m[col]:,.1f} ms > {lim:,.1f}")
+    if sla.min_tokens_per_s_per_user is not None and m["tokens_per_s_per_user"] is not None \
+            and m["tokens_per_s_per_user"] < sla.min_tokens_per_s_per_user:
+        why.append(f"{m['tokens_per_s_per_user']:,.1f} tok/s/user < {sla.min_tokens_per_s_per_user:,.1f}")
+    ok = not why and m["completed"] == n
+    return m, ok, "; ".join(why)
+
+
+def verify_top(plan: SweepPlan, top: pa.Table, trace: Trace, n: int, *, seed: int = 0) -> pa.Table:
+    """Replay the best ``n`` configurations per workload in one batched replay; one row each with the
+    replayed metrics, ``verified`` and ``why``."""
+    picks = pick_top(top, n)
+    if not picks:
+        return pa.table({"workload": pa.array([], pa.string()), "config_id": pa.array([], pa.int64()),
+                         "verified": pa.array([], pa.bool_())})
+    configs = [replay_config(plan, cid) for _, cid in picks]
+    outcomes = run_replays(configs, trace, [seed])
+    rows = []
+    for (wl, cid), o in zip(picks, outcomes):
+        m, ok, why = judge(o.requests, o.status_text, o.failure, plan.spec.sla)
+        rows.append({"workload": wl, "config_id": cid, "replay": o.config.name, "data_source": o.config.data_source,
+                     "status": o.status_text, **m, "verified": ok, "why": why})
+    return pa.Table.from_pylist(rows)

@@ -1,0 +1,113 @@
+"""Percentile SLAs: [sla] takes p50/p90/p99 TTFT/TPOT/E2E limits (observed: "unknown key"), the sweep
+computes them over its workload mix, and --verify-top replays the best configurations and applies the
+SLA to the replayed distribution."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from jaxsim.cli.main import app
+from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep.spec import SpecError, load_spec
+from jaxsim.sweep.verify import judge
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANNER = ROOT / "configs" / "planner_qwen3_32b.toml"
+runner = CliRunner()
+
+
+def test_weighted_percentiles_are_the_inverse_cdf():
+    v = jnp.asarray([300.0, 100.0, 200.0, 999.0])
+    w = jnp.asarray([0.05, 0.5, 0.45, 0.0])  # the zero-weight class never counts
+    np.testing.assert_array_equal(np.asarray(ev.weighted_percentiles(v, w)), [100.0, 200.0, 300.0])
+    w = jnp.asarray([0.2, 0.8, 0.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(ev.weighted_percentiles(v, w)), [100.0, 300.0, 300.0])
+
+
+def test_spec_takes_percentile_keys(tmp_path):
+    s = load_spec(PLANNER)
+    assert s.sla.p90_ttft_ms == 2000.0 and s.sla.min_tokens_per_s_per_user == 20.0
+    assert s.sla.percentile_limits() == {"p90_ttft_ms": 2000.0}
+    bad = tmp_path / "b.toml"
+    bad.write_text(PLANNER.read_text().replace("p90_ttft_ms = 2000.0", "p95_ttft_ms = 2000.0"))
+    with pytest.raises(SpecError, match=r"sla.p95_ttft_ms: unknown key .*p90_ttft_ms"):
+        load_spec(bad)
+    bad.write_text(PLANNER.read_text().replace("p90_ttft_ms = 2000.0", "p90_ttft_ms = -1"))
+    with pytest.raises(SpecError, match="sla.p90_ttft_ms"):
+        load_spec(bad)
+
+
+def _sweep(tmp_path, sla: str, *extra):
+    spec = tmp_path / "s.toml"
+    text = PLANNER.read_text().split("[sla]")[0] + "[sla]\n" + sla + "\n"
+    text = text.replace('isl = 4096\nosl = 512', 'requests = [[2048, 256, 0.5], [4096, 512, 0.4], [6144, 512, 0.1]]')
+    spec.write_text(text)
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["sweep", str(spec), "--output", str(out), "--json", "--quiet", *extra])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout), pq.read_table(out).to_pandas()
+
+
+def test_percentiles_over_the_mix_decide_feasibility(tmp_path):
+    _, t = _sweep(tmp_path, "")
+    ok = t[t.status < 16]
+    assert len(ok) > 0
+    # p50 <= p90 <= p99 and the mean lies between the extreme classes
+    for m in ("ttft", "tpot", "e2e"):
+        assert (ok[f"{m}_p50_ms"] <= ok[f"{m}_p90_ms"] + 1e-9).all() and (ok[f"{m}_p90_ms"] <= ok[f"{m}_p99_ms"] + 1e-9).all()
+    # the 10 % 6k class is p99 and above p90: a limit between them splits the configurations
+    assert (ok.ttft_p99_ms > ok.ttft_p90_ms).all()
+    row = ok.iloc[0]
+    lim = float((row.ttft_p90_ms + row.ttft_p99_ms) / 2)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    _, t2 = _sweep(tmp_path / "x", f"p90_ttft_ms = {lim}")
+    _, t3 = _sweep(tmp_path / "y", f"p99_ttft_ms = {lim}")
+    cid = int(row.config_id)
+    assert bool(t2.set_index("config_id").loc[cid, "sla_ok"]) and not bool(t3.set_index("config_id").loc[cid, "sla_ok"])
+    np.testing.assert_array_equal(t2.sla_ok.to_numpy(), (t2.status < 16).to_numpy() & (t2.ttft_p90_ms <= lim).to_numpy())
+
+
+def test_judge_applies_the_sla_to_a_replayed_distribution():
+    from jaxsim.sweep.spec import SlaSpec
+
+    req = {"terminal": np.array(["completed"] * 10), "ttft_ms": np.arange(1.0, 11.0) * 100, "tpot_ms": np.full(10, 40.0),
+           "e2e_ms": np.arange(1.0, 11.0) * 1000}
+    m, ok, why = judge(req, "completed", "", SlaSpec(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
+    assert m["ttft_p90_ms"] == 900.0 and m["tokens_per_s_per_user"] == 25.0 and ok and why == ""
+    m, ok, why = judge(req, "completed", "", SlaSpec(p90_ttft_ms=850.0, min_tokens_per_s_per_user=30.0))
+    assert not ok and "p90 TTFT 900.0 ms > 850.0" in why and "25.0 tok/s/user < 30.0" in why
+    req["terminal"][3] = "unfinished"
+    m, ok, why = judge(req, "stopped: x", "decode(batch=1, kv=5)", SlaSpec())
+    assert not ok and "1 of 10 requests not completed" in why and "at decode(batch=1, kv=5)" in why
+
+
+def test_verify_top_replays_the_best_rows(tmp_path):
+    """One batched replay of the best configuration per workload; the verdict and why are written."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ms,input_length,output_length\n0,4096,8\n50,4096,8\n")
+    rep, _ = _sweep(tmp_path, "p90_ttft_ms = 2000.0", "--verify-top", "1", "--trace", str(trace))
+    v = rep["verified"]
+    assert len(v) == 1 and v[0]["config_id"] == rep["top"][0]["config_id"]
+    assert v[0]["requests"] == 2 and isinstance(v[0]["verified"], bool)
+    assert v[0]["verified"] == (v[0]["why"] == "")
+    assert pq.read_table(rep["verified_output"]).num_rows == 1
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--verify-top", "2"], "--verify-top N and --trace TRACE go together"),
+    (["--verify-top", "0", "--trace", "mooncake_tiny"], "--verify-top: must be an integer >= 1"),
+    (["--verify-top", "1", "--trace", "nope.csv"], "nope.csv"),
+])
+def test_verify_top_bad_input(tmp_path, args, needle):
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["sweep", str(PLANNER), "--output", str(out), *args])
+    assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
