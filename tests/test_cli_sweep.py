@@ -65,7 +65,7 @@ def test_default_output_never_clobbers(spec, tmp_path, monkeypatch):
     [
         (["--plot", "p.txt"], "use a .png file name"),
         (["-o", "r.csv"], "use a .parquet file name"),
-        (["--top", "0"], "--top must be >= 1"),
+        (["--top", "0"], "--top: must be an integer >= 1"),
         (["--chunk-size", "0"], "--chunk-size must be >= 1"),
     ],
 )
