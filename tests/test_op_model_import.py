@@ -74,6 +74,9 @@ def test_rows_are_the_op_model_and_lookups_reproduce_them(tmp_path):
         # a lookup at a point between grid rows stays within 2 % of the op model priced there
         assert abs(float(d[0]) / eng.decode_ms(8, 1024) - 1) < 0.02
         assert abs(float(p[0]) / eng.prefill_ms(2, 256, 0) - 1) < 0.02
+        # every curve reaches its own end: all requests at the full context (max_model_len - 1 = 4095)
+        _, c = rounds.decode_batch(table, np.array([1, 7, 24]), np.array([4095, 7 * 4095, 24 * 4095]))
+        assert all(status.is_supported(int(x)) for x in c)
         # nothing is extrapolated: beyond the modelled envelope the lookup is refused
         _, c = rounds.decode_batch(table, np.array([25]), np.array([25 * 100]))
         assert not status.is_supported(int(c[0]))

@@ -407,6 +407,9 @@ def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     db, dk, dl = [], [], []
     cap = r.max_model_len - 1
     grid = decode_kv_grid(min(req.max_num_seqs * cap, pool))
+    # every curve ends on its own bound: b requests at the full context (b x (max_model_len - 1)) or the pool
+    ends = [b * cap for b in range(1, min(req.max_num_seqs, pool) + 1) if b * cap < pool]
+    grid = np.union1d(grid, np.asarray(ends + [min(req.max_num_seqs * cap, pool)], np.int64))
     for b in range(1, min(req.max_num_seqs, pool) + 1):
         for k in decode_curve_kv(grid, b, cap, pool).tolist():
             db.append(b)
@@ -542,7 +545,8 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
         f"MODELLED, NOT MEASURED: every latency is aiconfigurator-core {aic_version()}'s op-level forward-pass model "
         f"(Apache-2.0, NVIDIA; op-level silicon data of {req.system}, vLLM database {r.backend_version}) priced by jaxsim "
         f"{jaxsim.__version__} (jaxsim.importers.op_model). Decode: every batch 1..max_num_seqs over one shared total-KV grid "
-        f"(1..{DENSE_TOKENS}, then 1/{DECODE_KV_STEPS_PER_OCTAVE}-octave steps) from b to min(b x (max_model_len - 1), pool); "
+        f"(1..{DENSE_TOKENS}, then 1/{DECODE_KV_STEPS_PER_OCTAVE}-octave steps, plus each curve's end) from b to "
+        f"min(b x (max_model_len - 1), pool); "
         f"row (b, k) = decode_step_latency(b, s, osl=0) at the mean past KV s = k/b (linear between the neighbouring "
         f"integer contexts). Prefill: batches 1..{req.max_prefill_batch}, per-request new tokens 1..{DENSE_TOKENS} then "
         f"1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
