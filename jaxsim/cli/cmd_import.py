@@ -90,9 +90,15 @@ def register(app: typer.Typer) -> None:
         kv_bytes_per_token: Optional[int] = typer.Option(None, "--kv-bytes-per-token", help="Rank-local KV bytes per token."),
         gemm_quant_mode: Optional[str] = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: metadata)."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="KV cache dtype (default: metadata)."),
+        fmha_quant_mode: Optional[str] = typer.Option(None, "--fmha-quant-mode", help="Attention precision (default: from the KV cache dtype / model dtype)."),
+        comm_quant_mode: Optional[str] = typer.Option(None, "--comm-quant-mode", help="Collective precision (default: half)."),
         gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Recorded vLLM setting."),
         max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Serving token budget."),
         max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Serving max sequences."),
+        context_length: Optional[int] = typer.Option(None, "--context-length", help="Profile context length (default: model card / metadata)."),
+        max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: metadata / model card)."),
+        num_experts: Optional[int] = typer.Option(None, "--num-experts", help="Routed experts (default: HF config, else 0 = dense)."),
+        kv_cache_tokens: Optional[int] = typer.Option(None, "--kv-cache-tokens", help="Runtime KV pool in tokens (default: model card blocks x block size)."),
         kv_bin_tokens: int = typer.Option(512, "--kv-bin-tokens", help="Decode total-KV bin width (tokens, even)."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -105,7 +111,9 @@ def register(app: typer.Typer) -> None:
             model_revision=model_revision, system=system, backend_version=backend_version, tp=tp,
             architecture=architecture, kv_bytes_per_token=kv_bytes_per_token, gemm_quant_mode=gemm_quant_mode,
             kv_cache_dtype=kv_cache_dtype, gpu_memory_utilization=gpu_memory_utilization,
-            max_num_tokens=max_num_batched_tokens, max_batch_size=max_num_seqs,
+            max_num_tokens=max_num_batched_tokens, max_batch_size=max_num_seqs, fmha_quant_mode=fmha_quant_mode,
+            comm_quant_mode=comm_quant_mode, context_length=context_length, max_model_len=max_model_len,
+            num_experts=num_experts, kv_cache_tokens=kv_cache_tokens,
         )
         result = import_fpm_log(log, ident, binning=BinningConfig(kv_bin_tokens=kv_bin_tokens))
         write_import(output, result, force=True)

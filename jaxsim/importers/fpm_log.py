@@ -558,6 +558,7 @@ def resolve_identity(
     req = (meta.get("requested") or {}).get("deployment_config") or {}
     notes: list[str] = []
     out: dict[str, Any] = {}
+    missing: list[str] = []  # every field neither the files nor the options give: reported at once
 
     def pick(name: str, *cands: tuple[str, Any], option: str | None = None, required: bool = True):
         if name in ov:
@@ -569,7 +570,7 @@ def resolve_identity(
                 out[name] = v
                 return
         if required:
-            raise ProfileError(f"{name}: not recorded in the given files; pass --{(option or name).replace('_', '-')}")
+            missing.append(f"--{(option or name).replace('_', '-')}")
 
     pick("model", ("card", card.get("source_path") or card.get("display_name")), ("metadata", req.get("model")))
     rev_cands = [eff.get("model_config.revision"), req.get("revision"), card.get("revision")]
@@ -580,9 +581,9 @@ def resolve_identity(
         out["model_revision"] = rev
     else:
         pin = (((card.get("model_info") or {}).get("hf_config_json") or {}).get("checksum"))
-        hint = f" (the model card pins only config.json content: {pin})" if pin else ""
-        raise ProfileError(f"model_revision: no pinned checkpoint revision in the given files{hint}; pass --model-revision")
-    if str(out["model_revision"]).strip().lower() in MUTABLE_REFS:
+        hint = f"; the model card pins only config.json content: {pin}" if pin else ""
+        missing.append(f"--model-revision (a pinned checkpoint revision, never invented{hint})")
+    if "model_revision" in out and str(out["model_revision"]).strip().lower() in MUTABLE_REFS:
         raise ProfileError(f"model_revision: {out['model_revision']!r} is a mutable reference; pass a pinned revision")
     archs = hf.get("architectures") if isinstance(hf.get("architectures"), list) else None
     pick("architecture", ("hf", archs[0] if archs else None))
@@ -612,21 +613,21 @@ def resolve_identity(
     cache_dtype = eff.get("cache_config.cache_dtype")
     kv = model_dtype if cache_dtype in (None, "auto") else _dtype_name(cache_dtype)
     pick("kv_cache_dtype", ("metadata", kv if kv in KV_CACHE_DTYPES else None))
-    pick("fmha_quant_mode", ("derived", "fp8" if out["kv_cache_dtype"] == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None)))
+    pick("fmha_quant_mode", ("derived", "fp8" if out.get("kv_cache_dtype") == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None)))
     pick("comm_quant_mode", ("default", "half"))
-    out["moe_quant_mode"] = out["gemm_quant_mode"] if out["gemm_quant_mode"] in MOE_QUANT_MODES else "bfloat16"
+    out["moe_quant_mode"] = out.get("gemm_quant_mode") if out.get("gemm_quant_mode") in MOE_QUANT_MODES else "bfloat16"
     for name, members in (("gemm_quant_mode", GEMM_QUANT_MODES), ("kv_cache_dtype", KV_CACHE_DTYPES),
                           ("fmha_quant_mode", FMHA_QUANT_MODES), ("comm_quant_mode", COMM_QUANT_MODES)):
-        if out[name] not in members:
+        if name in out and out[name] not in members:
             raise ProfileError(f"{name}: {out[name]!r} is not one of {', '.join(members)}")
     if "kv_bytes_per_token" in ov:
         out["kv_bytes_per_token"] = int(ov["kv_bytes_per_token"])
         notes.append("kv_bytes_per_token from --kv-bytes-per-token")
-    elif hf:
+    elif hf and "tp" in out and "kv_cache_dtype" in out:
         out["kv_bytes_per_token"] = kv_bytes_per_token_from_config(hf, int(out["tp"]), out["kv_cache_dtype"])
         notes.append(f"kv_bytes_per_token from {Path(hf_config).name} (layers x KV heads per rank x head_dim x 2 x bytes)")
-    else:
-        raise ProfileError("kv_bytes_per_token: not derivable without an HF config.json; pass --hf-config or --kv-bytes-per-token")
+    elif not hf:
+        missing.append("--kv-bytes-per-token (or --hf-config to derive it)")
     blocks, block = runtime.get("total_kv_blocks"), card.get("kv_cache_block_size") or eff.get("cache_config.block_size")
     if "kv_cache_tokens" in ov:
         out["kv_cache_tokens"] = int(ov["kv_cache_tokens"])
@@ -634,7 +635,7 @@ def resolve_identity(
         out["kv_cache_tokens"] = blocks * block
         notes.append(f"KV pool = {blocks} blocks x {block} tokens (model card runtime_config)")
     else:
-        raise ProfileError("runtime memory: the model card records no total_kv_blocks/kv_cache_block_size; pass --model-card")
+        missing.append("--kv-cache-tokens (the runtime KV pool; or a model card with total_kv_blocks and kv_cache_block_size)")
     gmu = req.get("gpu_memory_utilization")
     args = (meta.get("requested") or {}).get("engine_args") or []
     if gmu is None and "--gpu-memory-utilization" in args:
@@ -644,6 +645,8 @@ def resolve_identity(
          option="max_num_batched_tokens")
     pick("max_batch_size", ("card", runtime.get("max_num_seqs")), ("metadata", eff.get("scheduler_config.max_num_seqs")),
          option="max_num_seqs")
+    if missing:
+        raise ProfileError(f"{len(missing)} field(s) not recorded in the given files; pass: {', '.join(missing)}")
     for name in ("tp", "context_length", "max_model_len", "num_experts", "kv_bytes_per_token", "kv_cache_tokens", "max_num_tokens", "max_batch_size"):
         v = out[name]
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "num_experts" else 1):
