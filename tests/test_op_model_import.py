@@ -93,6 +93,8 @@ def test_rows_are_the_op_model_and_lookups_reproduce_them(tmp_path):
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "2"], "only EAGLE-3 rounds"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "7", "--draft-config", "x.json"], "--nextn must be in 1..5"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "1,x"], "comma-separated integers"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--gemm-quant-mode", "nvfp4"], "the op model cannot price this configuration"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--gemm-quant-mode", "int3"], "--gemm-quant-mode 'int3'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):

@@ -390,11 +390,26 @@ def _memory(r: ResolvedRequest, tp: int, eng: Engine) -> tuple[int, int, dict]:
 
 
 def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
-    """Price every table row of one (model, system, TP) cell with the op model."""
+    """Price every table row of one (model, system, TP) cell with the op model; OpModelError (one line) when
+    the op model cannot price this configuration (missing silicon data, unsupported precision, ...)."""
+    try:
+        return _price_cell(r, tp)
+    except OpModelError:
+        raise
+    except Exception as e:  # the op model's own errors (PerfDataNotAvailableError, ValueError, RuntimeError, ...)
+        msg = " ".join(str(e).split())
+        msg = msg if len(msg) <= 300 else msg[:297] + "..."
+        req = r.req
+        raise OpModelError(
+            f"{req.model} tp={tp} on {req.system}/vllm/{r.backend_version}: the op model cannot price this configuration "
+            f"({type(e).__name__}: {msg})"
+        ) from None
+
+
+def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     t0 = time.perf_counter()
     req = r.req
-    fmha = "fp8" if req.kv_cache_dtype == "fp8" else None
-    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=fmha)
+    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None)
     bpt, pool, mem = _memory(r, tp, eng)
     cache: dict[tuple, float] = {}
 
