@@ -142,6 +142,7 @@ Everything under `jaxsim/data/profiles/` and `jaxsim/data/acceptance/` is built 
 | `profiles/qwen3-32b-bf16-b300/` (measured) | NVIDIA aiconfigurator `fpm_golden_runs/` (GitHub ai-dynamo/aiconfigurator, branch `simonec/dev-layerwise-collector-clean-base`, commit `645aa4208be2fcf2f8690d0921248f97c5a83724`): per-iteration vLLM forward-pass logs of Qwen/Qwen3-32B BF16, TP1/TP2/TP4 | Apache-2.0, `LICENSES/aiconfigurator_LICENSE_Apache-2.0.txt` |
 | `profiles/qwen3-32b-bf16-b300-eagle3-k{1,2,3}/` (DERIVED) | computed by jaxsim from the measured Qwen3-32B profile above (see each profile's provenance); no speculative round was measured | as above |
 | `profiles/llama-3.1-8b-fp8-h200/` (measured, approximate batch) | NVIDIA Dynamo planner profiling results shipped in the PyPI wheel `ai-dynamo==1.6.1`, `dynamo/planner/tests/data/profiling_results/H200_TP1P_TP1D/` | Apache-2.0, `LICENSES/ai-dynamo_LICENSE_Apache-2.0.txt` |
+| `profiles/qwen3-32b-bf16-b300-calibrated/`, `profiles/llama-3.1-8b-fp8-h200-calibrated/` (CALIBRATED) | aiconfigurator-core 0.12.0's op-level model (NVIDIA, PyPI `aiconfigurator-core`) times a correction fitted by jaxsim (`scripts/build_calibrated_profiles.py`) to the measured Qwen3-32B logs and the Dynamo planner sweep above; `calibration.json` in each folder holds the fit and its held-out errors | Apache-2.0, `LICENSES/aiconfigurator_LICENSE_Apache-2.0.txt` (and `LICENSES/ai-dynamo_LICENSE_Apache-2.0.txt` for the Llama data) |
 | `acceptance/vllm_eagle3_acceptance_mtbench.csv` | vLLM test baselines, `tests/v1/spec_decode/test_acceptance_length.py` (vllm-project/vllm); rows marked `verified_in_upstream_file=no` are unconfirmed | Apache-2.0, `LICENSES/Apache-2.0.txt` |
 
 The Qwen3-32B GPU is not named in the source files: jaxsim labels it `b300_sxm` as an inference from the KV
@@ -161,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     profiles.mkdir(parents=True)
     entries = build_qwen(data, out)
     entries += build_llama(data, out)
+    try:
+        import build_calibrated_profiles  # noqa: PLC0415 (needs the opmodel extra)
+    except ImportError as e:
+        print(f"calibrated profiles skipped: {e}")
+    else:
+        entries += build_calibrated_profiles.build(data, out)
     (profiles / "index.json").write_text(json.dumps({"format": 1, "profiles": entries}, indent=1) + "\n", encoding="utf-8")
     lic = out / "LICENSES"
     lic.mkdir(exist_ok=True)

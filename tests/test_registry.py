@@ -19,8 +19,10 @@ def test_expected_profiles_are_bundled():
     names = {p.name: p for p in BUNDLED}
     assert set(names) == {
         "qwen3-32b-bf16-b300", "qwen3-32b-bf16-b300-eagle3-k1", "qwen3-32b-bf16-b300-eagle3-k2",
-        "qwen3-32b-bf16-b300-eagle3-k3", "llama-3.1-8b-fp8-h200",
+        "qwen3-32b-bf16-b300-eagle3-k3", "llama-3.1-8b-fp8-h200", "qwen3-32b-bf16-b300-calibrated",
+        "llama-3.1-8b-fp8-h200-calibrated",
     }
+    assert names["qwen3-32b-bf16-b300-calibrated"].kind == "calibrated" and names["qwen3-32b-bf16-b300-calibrated"].tps == (1, 2, 4)
     assert names["qwen3-32b-bf16-b300"].tps == (1, 2, 4) and names["qwen3-32b-bf16-b300"].kind == "measured"
     assert names["llama-3.1-8b-fp8-h200"].system == "h200_sxm"
     assert {names[f"qwen3-32b-bf16-b300-eagle3-k{k}"].num_draft_tokens for k in (1, 2, 3)} == {1, 2, 3}
@@ -40,6 +42,10 @@ def test_bundled_profile_is_valid_and_labelled(entry):
         assert prof.provenance.startswith("DERIVED") and "DERIVED" in sidecar["provenance"]
         assert support == {"derived"}
         assert all(d.execution_profile.num_draft_tokens == entry.num_draft_tokens for d in prof.deployments)
+    elif entry.kind == "calibrated":
+        assert prof.provenance.startswith("CALIBRATED") and sidecar["provenance"].startswith("calibrated")
+        assert support == {"calibrated"} and sidecar["data_source"] == "calibrated"
+        assert (entry.path / "calibration.json").is_file()
     else:
         assert prof.provenance.startswith("MEASURED") and sidecar["provenance"].startswith("measured")
         assert support == {"measured"}
