@@ -540,7 +540,7 @@ def _cross_role_problems(cfg: DeploymentConfig, roles: list[_Role]) -> list[str]
     if len(set(ids.values())) > 1:
         desc = "; ".join(
             f"{r.role.name}: " + (
-                f"eagle3 K={r.deployment.num_draft_tokens} draft {r.deployment.execution_profile.draft_model!r}@"
+                f"{r.deployment.execution_profile.method} K={r.deployment.num_draft_tokens} draft {r.deployment.execution_profile.draft_model!r}@"
                 f"{r.deployment.execution_profile.draft_revision[:8]}" if r.deployment.is_speculative else "autoregressive"
             )
             for r in bound

@@ -90,7 +90,7 @@ def test_rows_are_the_op_model_and_lookups_reproduce_them(tmp_path):
         (["Qwen/Qwen3-32B", "--system", "h900_sxm"], "unknown system 'h900_sxm'"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--backend-version", "0.1.0"], "unknown backend version '0.1.0'"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "3"], "--tp 3 does not divide"),
-        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "2"], "only EAGLE-3 rounds"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "2"], "has no multi-token-prediction layers"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "7", "--draft-config", "x.json"], "--nextn must be in 1..5"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "1,x"], "comma-separated integers"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--gemm-quant-mode", "nvfp4"], "the op model cannot price this configuration"),
@@ -165,3 +165,19 @@ def test_bad_draft_config_is_refused(tmp_path):
     r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--nextn", "1",
                             "--draft-config", str(bad), "--output", str(tmp_path / "p"), *SMALL])
     assert r.exit_code == 2 and "not JSON" in r.output and not (tmp_path / "p").exists()
+
+
+def test_mtp_rounds_are_the_op_models_native_pricing(tmp_path):
+    out = tmp_path / "mtp"
+    _import(out, "XiaomiMiMo/MiMo-7B-Base", "h200_sxm", "1", "--nextn", "2")
+    assert runner.invoke(app, ["profiles", "validate", str(out)]).exit_code == 0
+    bundle = load_profile_dir(out)
+    dep = bundle.profile.deployments[0]
+    assert dep.execution_profile.method == "mtp" and dep.num_draft_tokens == 2
+    res = om.resolve_request(om.OpModelRequest("XiaomiMiMo/MiMo-7B-Base", "h200_sxm", (1,)))
+    mtp = om.Engine("XiaomiMiMo/MiMo-7B-Base", "h200_sxm", res.backend_version, 1, gemm=None, kv=None, fmha=None, nextn=2)
+    ar = om.Engine("XiaomiMiMo/MiMo-7B-Base", "h200_sxm", res.backend_version, 1, gemm=None, kv=None, fmha=None)
+    table = rounds.compile_round_table(bundle.cell(dep), speculative=True, num_draft_tokens=2)
+    lat, code = rounds.decode_batch(table, np.array([6]), np.array([6 * 1500]))
+    assert status.is_supported(int(code[0])) and abs(float(lat[0]) / mtp.decode_ms(6, 1500) - 1) < 0.01
+    assert mtp.decode_ms(6, 1500) > ar.decode_ms(6, 1500)  # a round verifies K+1 tokens and runs the MTP layers

@@ -47,9 +47,10 @@ MODEL is a model id whose config ships with aiconfigurator-core (see --list-mode
 vLLM data (see --list-systems). One deployment per --tp: decode curves over a batch x per-request KV grid up to
 the modelled KV pool / max_model_len, prefill rows for batches 1..--max-prefill-batch over a new-token x
 cached-prefix grid up to --max-num-batched-tokens (chunked prefill with prefix reads), resources (KV bytes per
-token, pool at --gpu-memory-utilization) from the op model's memory estimate. With --nextn K --draft-config
-FILE the rows are EAGLE-3 rounds (the target's K+1-token verify pass plus K draft decode steps; the op model
-has no native EAGLE-3 path). Every number is labelled data_source "modelled".
+token, pool at --gpu-memory-utilization) from the op model's memory estimate. With --nextn K the rows are whole
+speculative rounds: multi-token prediction priced natively for models with MTP layers, or, with --draft-config
+FILE, EAGLE-3 rounds composed from op-model pieces (the target's K+1-token verify pass plus K draft decode
+steps; the op model has no native EAGLE-3 path). Every number is labelled data_source "modelled".
 
 Example:
 
@@ -188,7 +189,7 @@ def register(app: typer.Typer) -> None:
         max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Serving token budget (prefill token bound)."),
         max_prefill_batch: int = typer.Option(16, "--max-prefill-batch", help="Prefill rows for batches 1..this."),
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: the model's context length)."),
-        nextn: int = typer.Option(0, "--nextn", help="Draft tokens per speculative round, 1..5 (0: autoregressive)."),
+        nextn: int = typer.Option(0, "--nextn", help="Draft tokens per speculative round, 1..5 (0: autoregressive; MTP unless --draft-config)."),
         draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="EAGLE-3 draft model config.json (with --nextn)."),
         list_models: bool = typer.Option(False, "--list-models", help="List the op model's models and exit."),
         list_systems: bool = typer.Option(False, "--list-systems", help="List the op model's systems and exit."),

@@ -277,18 +277,27 @@ def resolve_request(req: OpModelRequest) -> ResolvedRequest:
     if req.num_draft_tokens:
         if not 1 <= req.num_draft_tokens <= 5:
             raise OpModelError(f"--nextn must be in 1..5 (got {req.num_draft_tokens})")
-        if req.draft_config is None:
+        if req.draft_config is None and not mtp_layers(cfg):
             raise OpModelError(
-                "--nextn without --draft-config: only EAGLE-3 rounds can be written (the FPM schema has no MTP round "
-                "identity); pass the draft model's config.json"
+                f"--nextn {req.num_draft_tokens}: {req.model} has no multi-token-prediction layers "
+                "(num_nextn_predict_layers / mtp_num_hidden_layers = 0) for the op model to price; for EAGLE-3 pass the "
+                "draft model's config.json with --draft-config"
             )
-        draft_dir, draft_name, draft_sha1 = _draft(req.draft_config)
+        if req.draft_config is not None:
+            draft_dir, draft_name, draft_sha1 = _draft(req.draft_config)
     elif req.draft_config is not None:
         raise OpModelError("--draft-config needs --nextn K (draft tokens per round, 1..5)")
     return ResolvedRequest(
         req, version, cfg, path, hashlib.sha256(path.read_bytes()).hexdigest(), arch, ctx, mml, n_exp,
         draft_dir, draft_name, draft_sha1,
     )
+
+
+def mtp_layers(cfg: dict) -> int:
+    """Multi-token-prediction layers the checkpoint ships (0: none; the op model then cannot price MTP)."""
+    text = _text_config(cfg)
+    return int(text.get("num_nextn_predict_layers") or text.get("mtp_num_hidden_layers") or
+               cfg.get("num_nextn_predict_layers") or cfg.get("mtp_num_hidden_layers") or 0)
 
 
 def _draft(path: Path) -> tuple[Path, str, str]:
@@ -335,6 +344,7 @@ class Engine:
                                              nextn=cfg.nextn, database=database)
         import aiconfigurator_core
 
+        self.nextn = int(nextn)
         self.handle = engine.EngineHandle(bytes(aiconfigurator_core.engine_spec_bincode_from_json(spec)))
         mc = self.model.config
         self.gemm = mc.gemm_quant_mode.name
@@ -377,7 +387,7 @@ def _memory(r: ResolvedRequest, tp: int, eng: Engine) -> tuple[int, int, dict]:
             req.model, req.system, BACKEND, r.backend_version, max_num_tokens=req.max_num_batched_tokens,
             max_batch_size=req.max_num_seqs, memory_fraction_kind="of_total",
             memory_fraction_value=req.gpu_memory_utilization, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
-            gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha,
+            gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha, nextn=eng.nextn,
         )
     except ValueError as e:
         raise OpModelError(f"{req.model} tp={tp} on {req.system}: no KV pool: {str(e).splitlines()[0]}") from None
@@ -409,7 +419,9 @@ def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
 def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     t0 = time.perf_counter()
     req = r.req
-    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None)
+    mtp = bool(req.num_draft_tokens) and r.draft_dir is None
+    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
+                 nextn=req.num_draft_tokens if mtp else 0)
     bpt, pool, mem = _memory(r, tp, eng)
     cache: dict[tuple, float] = {}
 
@@ -445,8 +457,8 @@ def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
     rows = BinnedRows(i64(db), i64(dk), f64(dl), np.ones(len(db), np.int64), i64(pb), i64(pt), i64(pk), f64(pl),
                       np.ones(len(pb), np.int64))
-    lat_dec = rows.decode_latency_ms
-    if req.num_draft_tokens:
+    lat_dec = rows.decode_latency_ms  # MTP: the op model's native round (verify of K+1 tokens + K MTP-layer steps)
+    if req.num_draft_tokens and not mtp:
         lat_dec, n_extra = _speculative_rounds(r, tp, eng, rows)
         n += n_extra
     modes = {"gemm_quant_mode": eng.gemm, "kv_cache_dtype": eng.kv, "fmha_quant_mode": eng.fmha,
@@ -533,7 +545,10 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
         if req.num_draft_tokens:
             from dataclasses import replace
 
-            ep = ExecutionProfile("speculative_round", "eagle3", req.num_draft_tokens, r.draft_name, r.draft_sha1, "model_step_cuda")
+            if r.draft_dir is None:
+                ep = ExecutionProfile("speculative_round", "mtp", req.num_draft_tokens, f"{req.model} (MTP layers)", rev, "model_step_cuda")
+            else:
+                ep = ExecutionProfile("speculative_round", "eagle3", req.num_draft_tokens, r.draft_name, r.draft_sha1, "model_step_cuda")
             dep = replace(dep, execution_profile=ep)
         deps.append(dep)
         cols = table_columns(dep, model=req.model, model_revision=rev, binned=c.rows,
@@ -546,7 +561,14 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
         cols.pop("source_sample_count")
         parts.append(cols)
     spec = ""
-    if req.num_draft_tokens:
+    if req.num_draft_tokens and r.draft_dir is None:
+        spec = (
+            f" Speculative rounds (multi-token prediction, K={req.num_draft_tokens}, the checkpoint's own MTP layers) priced "
+            "natively by the op model (compiled with nextn=K: one decode step of b x (K+1) query tokens with the MTP "
+            "layers' compute added); prefill rows and the KV pool from the same nextn=K model. draft_model names the "
+            "model's MTP layers; draft_revision is the model_revision placeholder."
+        )
+    elif req.num_draft_tokens:
         spec = (
             f" Speculative rounds (EAGLE-3, K={req.num_draft_tokens}, draft config {r.draft_name}, sha1 {r.draft_sha1}): "
             "the op model has no EAGLE-3 path, so each round at (b, k) = the target's verify pass priced the way the op model "

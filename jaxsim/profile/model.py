@@ -38,6 +38,7 @@ WORKER_TYPES = ("prefill", "decode", "aggregated")
 DATA_SOURCES = ("measured", "derived", "modelled", "calibrated")
 
 SELECTOR_PREFIX = "speculative_round_v1:"
+SPECULATIVE_METHODS = ("eagle3", "mtp")
 AR_EXECUTION_IDENTITY = ("", "full", "none", "text")
 SD_TIMING_SCOPE = "model_step_cuda"
 
@@ -312,7 +313,8 @@ class Resources:
 
 @dataclass(frozen=True)
 class ExecutionProfile:
-    """Measured speculative-round identity: one timed step = a whole EAGLE-3 draft+verify round."""
+    """Speculative-round identity: one timed step = a whole draft+verify round (EAGLE-3 draft model, or the
+    model's own multi-token-prediction layers, method "mtp", as priced by ``jaxsim import op-model``)."""
 
     kind: str
     method: str
@@ -327,7 +329,7 @@ class ExecutionProfile:
     def _parse(cls, value: Any, source: str, path: str) -> ExecutionProfile:
         o = _Obj(value, source, path, cls.KEYS)
         kind = o.literal("kind", ("speculative_round",))
-        method = o.literal("method", ("eagle3",))
+        method = o.literal("method", SPECULATIVE_METHODS)
         k = o.int("num_draft_tokens", lo=1, hi=5)
         draft = o.str("draft_model")
         if draft != draft.strip() or _has_control_chars(draft):
