@@ -1,6 +1,6 @@
 """Figures for people (PNG): measured curves, support maps, Pareto frontiers, latency CDFs.
 
-Optional extra: ``pip install 'jaxsim[plot]'``. Figures are drawn on the Agg canvas without touching
+Optional extra: ``pip install -e '.[plot]' (in the jaxsim checkout)``. Figures are drawn on the Agg canvas without touching
 pyplot's global state. Measured points are drawn as recorded; every modelled latency comes from the
 compiled kernels in :mod:`jaxsim.kernels.rounds` (never recomputed here).
 """
@@ -19,7 +19,7 @@ from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import RoundTable, compile_round_table, decode_batch, prefill_batch
 
-MISSING_MATPLOTLIB = "matplotlib is not installed: pip install 'jaxsim[plot]'"
+MISSING_MATPLOTLIB = "matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
 
 # one fixed colour per status code, so every support map reads the same
 _ANSWERED_COLOURS = {

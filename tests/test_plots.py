@@ -232,12 +232,12 @@ def test_missing_matplotlib_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(JaxsimError) as info:
         plots.plot_pareto(sweep_columns(), tmp_path / "x.png")
-    assert str(info.value) == "matplotlib is not installed: pip install 'jaxsim[plot]'"
+    assert str(info.value) == "matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
     from jaxsim.cli.main import app
 
     r = CliRunner().invoke(app, ["plot", "curves", str(AR), "--output", str(tmp_path / "c.png")])
     assert r.exit_code == 2
-    assert r.output.strip() == "error: matplotlib is not installed: pip install 'jaxsim[plot]'"
+    assert r.output.strip() == "error: matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
     assert not list(tmp_path.iterdir())
 
 

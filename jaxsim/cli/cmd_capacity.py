@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from jaxsim import limits
-from jaxsim.cli.common import fail, guarded
+from jaxsim.cli.common import console, fail, guarded
 
 CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
 
@@ -93,7 +93,6 @@ def capacity_warnings(rep: dict) -> list[str]:
 
 
 def _print_table(rep: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"KV capacity: {rep['config']} (ISL {rep['isl']} + OSL {rep['osl']}, block {rep['block_size']})")
@@ -120,7 +119,7 @@ def _print_table(rep: dict) -> None:
             v = r[key]
             vals.append("-" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))
         t.add_row(label, *vals)
-    Console().print(t)
+    console().print(t)
 
 
 def register(app: typer.Typer) -> None:

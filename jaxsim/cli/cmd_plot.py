@@ -11,7 +11,7 @@ from jaxsim.cli.common import guarded, refuse_overwrite
 
 PLOT_HELP = """Draw PNG figures: decode curves, support maps, prefill surfaces, Pareto frontiers, latency CDFs, KV timelines.
 
-Needs the plot extra: pip install 'jaxsim\\[plot]'. Existing files are never overwritten without --force.
+Needs the plot extra: pip install -e '.\\[plot]' in the jaxsim checkout. Existing files are never overwritten without --force.
 
 Examples:
 

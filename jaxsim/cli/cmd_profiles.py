@@ -187,6 +187,32 @@ def register(app: typer.Typer) -> None:
         Console().print(t)
         Console().print("Licences and attribution: jaxsim/data/systems/README.md")
 
+    @group.command("presets", help="List the bundled speculative-decoding acceptance presets: the names a deployment config's "
+                   "acceptance_preset or a sweep's [speculation] acceptance takes, with their measured acceptance.\n\n"
+                   "Example:\n\n  jaxsim profiles presets")
+    @guarded
+    def presets_cmd(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
+        from dataclasses import asdict
+
+        from jaxsim.data.acceptance import list_presets
+
+        items = list_presets()
+        if as_json:
+            typer.echo(json.dumps([asdict(p) for p in items], indent=1))
+            return
+        from rich.table import Table
+
+        from jaxsim.cli.common import console
+
+        t = Table(title="acceptance presets (per-position acceptance measured on the named dataset; conditional rates derived)")
+        for col in ("name", "method", "target", "draft tokens", "dataset", "mean accepted length", "conditional rates"):
+            t.add_column(col, no_wrap=col == "name", justify="right" if col in ("draft tokens", "mean accepted length") else "left")
+        for p in items:
+            t.add_row(p.name, p.method, p.target_model, str(p.num_spec_tokens), p.dataset, f"{p.mean_acceptance_length:.2f}",
+                      "/".join(f"{r:.2f}" for r in p.conditional_rates))
+        console().print(t)
+        console().print("Sources and licences: jaxsim/data/ATTRIBUTION.md")
+
     @group.command("show", help=SHOW_HELP)
     @guarded
     def show_cmd(

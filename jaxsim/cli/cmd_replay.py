@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from jaxsim import limits
-from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic
 
 EXIT_INCOMPLETE = 3
@@ -158,7 +158,6 @@ def rejection_lines(outcomes, show: int = 5) -> list[str]:
 
 
 def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"replay of {trace_name} ({n} requests)")
@@ -171,7 +170,7 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
         t.add_row(s["config"], str(s["seed"]), status, f"{int(s['completed_requests'])}/{n}", f(s["mean_ttft_ms"]),
                   f(s["p99_ttft_ms"]), f(s["mean_tpot_ms"]), f(s["p99_e2e_ms"]), f(s["output_throughput_tok_s"], 1),
                   str(int(s["preemptions"])))
-    Console().print(t)
+    console().print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.cli.common import fail, guarded, refuse_overwrite, stderr_is_tty
+from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 
 SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
 
@@ -88,10 +88,9 @@ def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = ()):
 
 
 def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=None if stderr_is_tty() else 200)
+    con = console()
     s = res.summary
     con.print(
         f"[bold]sweep {s['name']}[/bold]: {s['configs_total']:,} configs, {s['configs_evaluated']:,} evaluated "
@@ -111,6 +110,21 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
         t.add_row(k, f"{v:,}")
     con.print(t)
     con.print(f"SLA-feasible: {s['sla_feasible']:,} of {s['configs_evaluated']:,}")
+    wls = s.get("workloads", {})
+    if wls:
+        t = Table(title="per workload", title_justify="left")
+        for c in ("workload", "configs", "inside support", "SLA-feasible", "most common refusal"):
+            t.add_column(c, justify="left" if c in ("workload", "most common refusal") else "right")
+        for name, d in wls.items():
+            ref = next(iter(d["refusals"].items()), None)
+            t.add_row(name, f"{d['configs']:,}", f"{d['supported']:,}", f"{d['sla_feasible']:,}",
+                      f"{ref[0]} ({ref[1]:,})" if ref else "-")
+        con.print(t)
+        for name, d in wls.items():
+            if d["configs"] and not d["supported"]:
+                ref = next(iter(d["refusals"]), "?")
+                con.print(f"[bold]workload {name} is unsupported[/bold]: none of its {d['configs']:,} configurations lies inside "
+                          f"measured support (mostly {ref}); no rows for it below, nothing was extrapolated")
     top_rows, front = _rows(res.top), _rows(res.pareto)
     pk = tuple(sla.percentile_limits()) if sla is not None else ()
     for wl in dict.fromkeys([r["workload"] for r in top_rows] + [r["workload"] for r in front]):
@@ -122,6 +136,17 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
         con.print(_table(f"workload {wl}: Pareto frontier, tokens/s per user vs per GPU ({len(pts)} points{more})", shown, pk))
     if not top_rows:
         con.print("no configuration meets the SLA")
+    sources = sorted({str(r.get("data_source", "measured")) for r in top_rows + front} - {"measured"})
+    con.print(
+        "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "
+        "ttft_ms, tpot_ms = means over the workload mix; p50/p90/p99 columns = percentiles over the mix (constant queueing wait); "
+        "tok/s/user = 1000 / TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
+        "source = what the profile's numbers are (docs/sweep.md)"
+    )
+    if sources:
+        con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
+                  "derived or modelled, not measured (speculative rows also depend on the stated acceptance); "
+                  "check them with jaxsim profiles show PROFILE and docs/data-provenance.md")
     rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
     con.print(
         f"results: {res.output}" + (f" and {res.csv}" if res.csv else "") + (f"; plot: {plot}" if plot else "")
@@ -131,11 +156,24 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
     )
 
 
+
+def _next(spec: Path, out: Path, verified) -> None:
+    """The command to run next."""
+    if verified is None:
+        typer.echo(f"next: jaxsim sweep {spec} --output {out} --force --verify-top 3 --trace TRACE   "
+                   "(replay the best rows on a trace and apply the SLA to the replayed distribution)")
+    elif verified.num_rows and not any(verified.column("verified").to_pylist()):
+        typer.echo(f"next: the replays above say why no row verified; inspect one with jaxsim replay (a deployment config "
+                   f"for that row) or plot the frontier with jaxsim plot pareto {out} --output pareto.png")
+    else:
+        typer.echo(f"next: jaxsim plot pareto {out} --output pareto.png   (the frontier), or jaxsim replay a verified "
+                   "deployment with --timeline to see its KV use over time")
+
+
 def _report_verified(verified, trace, path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(width=None if stderr_is_tty() else 200)
+    con = console()
     t = Table(title=f"replay verification on {trace.name} ({len(trace)} requests): the SLA applied to the replayed distribution",
               title_justify="left")
     for c in ("workload", "replay", "done", "TTFT p90", "TPOT mean", "E2E p99", "tok/s/user", "verified", "why"):
@@ -234,7 +272,7 @@ def register(app: typer.Typer) -> None:
             if plot.suffix.lower() != ".png":
                 fail(f"{plot}: the plot is written as PNG; use a .png file name")
             if importlib.util.find_spec("matplotlib") is None:
-                fail("--plot needs matplotlib, which is not installed: pip install 'jaxsim[plot]'")
+                fail("--plot needs matplotlib, which is not installed: pip install -e '.[plot]' (in the jaxsim checkout)")
             refuse_overwrite(plot, force)
         pid, count = 0, 1
         if distributed or coordinator or num_processes is not None or process_id is not None:
@@ -266,3 +304,4 @@ def register(app: typer.Typer) -> None:
             _report(res, plot, max_pareto=10, sla=s.sla)
             if verified is not None:
                 _report_verified(verified, tr, vpath)
+            _next(spec, out, verified)

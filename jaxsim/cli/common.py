@@ -50,5 +50,13 @@ def write_atomic_bytes(path: Path, data: bytes) -> None:
     write_bytes(path, data)
 
 
+def console():
+    """A rich console for result tables: the terminal's width, or 200 columns when piped (rich's
+    default of 80 cut tables into 'conf…' cells)."""
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def stderr_is_tty() -> bool:
     return sys.stderr.isatty()

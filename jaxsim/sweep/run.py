@@ -420,6 +420,7 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
         front_ids = np.zeros(0, np.int64)
     meta = {"format": FORMAT, "summary": plan.summary()}
     status_counts: dict[str, int] = {}
+    per_workload: dict[int, dict] = {}
     feasible = 0
     writer = None
     csv_writer = None
@@ -445,6 +446,19 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
             for a, c in zip(names, cnt):
                 status_counts[str(a)] = status_counts.get(str(a), 0) + int(c)
             feasible += int(pc.sum(t.column("sla_ok")).as_py() or 0)
+            wl_idx = t.column("workload").combine_chunks().indices.to_numpy()
+            st_col = t.column("status").to_numpy()
+            sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
+            st_names = t.column("status_name").to_numpy(zero_copy_only=False).astype(str)
+            for wi in np.unique(wl_idx):
+                mine = wl_idx == wi
+                d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
+                d["configs"] += int(mine.sum())
+                d["supported"] += int((mine & (st_col < ev.st.FIRST_UNSUPPORTED)).sum())
+                d["sla_feasible"] += int((mine & sla_col).sum())
+                rn, rc = np.unique(st_names[mine & (st_col >= ev.st.FIRST_UNSUPPORTED)], return_counts=True)
+                for a, c in zip(rn, rc):
+                    d["refusals"][str(a)] = d["refusals"].get(str(a), 0) + int(c)
     except BaseException:
         for t in (tmp, tmp_csv):
             if t is not None and t.exists():
@@ -458,7 +472,10 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
     publish(tmp, output)
     if tmp_csv is not None:
         publish(tmp_csv, csv_path)
+    names = plan.labels["workload"]
     counts = {
+        "workloads": {names[i]: {**d, "refusals": dict(sorted(d["refusals"].items(), key=lambda kv: -kv[1]))}
+                      for i, d in sorted(per_workload.items())},
         "status_counts": dict(sorted(status_counts.items())),
         "sla_feasible": feasible,
         "pareto_points": int(front.num_rows),
