@@ -89,8 +89,8 @@ json.dump(out, open(sys.argv[2], "w"))
 '''
 
 
-def jaxsim_side(table_dir: Path, q: dict) -> tuple[str, np.ndarray | None, np.ndarray | None]:
-    """(load decision, latency, status) from the code `jaxsim round` runs."""
+def jaxsim_side(table_dir: Path, q: dict):
+    """(load decision, latency, status, clamp binds) from the code `jaxsim round` runs."""
     from jaxsim import queries
     from jaxsim.errors import JaxsimError
     from jaxsim.rounds_api import load_round_table
@@ -98,10 +98,27 @@ def jaxsim_side(table_dir: Path, q: dict) -> tuple[str, np.ndarray | None, np.nd
     try:
         table, _ = load_round_table(table_dir)
     except JaxsimError as e:
-        return "refused: " + str(e), None, None
+        return "refused: " + str(e), None, None, None
     batch = queries.QueryBatch(None, q["kind"], q["batch"], q["prefill_tokens"], q["kv_read"], q["decode_requests"], q["decode_kv"])
     lat, code = queries.evaluate(table, batch)
-    return "accepted", lat, code
+    return "accepted", lat, code, _clamp_binds(table, q, code)
+
+
+def _clamp_binds(table, q: dict, code: np.ndarray) -> np.ndarray:
+    """Mixed rows composed from both parts where decode < its baseline (the max(0, ·) clamp binds)."""
+    import jax
+
+    from jaxsim.kernels import rounds
+    from jaxsim.kernels import status as st
+
+    idx = np.flatnonzero((q["kind"] == 2) & (code == st.COMPOSED))
+    out = np.zeros(code.size, bool)
+    if idx.size:
+        nd, dk = q["decode_requests"][idx], q["decode_kv"][idx]
+        ld, _ = rounds.decode_batch(table, nd, dk)
+        base = jax.jit(jax.vmap(rounds.decode_baseline_ms, in_axes=(None, 0, 0)))(table, nd, dk)
+        out[idx] = np.asarray(ld) < np.asarray(base)
+    return out
 
 
 def run_reference(python: str, workdir: Path, cwd: Path, items: list[dict]) -> list[dict]:
@@ -133,7 +150,8 @@ def main(argv=None) -> int:
     ckpt = work / "golden-ckpt" / "fuzz-dense-8b"
     if not ckpt.exists():  # the reference checks the profile's architecture against this config.json
         shutil.copytree(ft.CASES / "golden-ckpt", work / "golden-ckpt", dirs_exist_ok=True)
-    totals = dict(tables=0, tables_refused=0, queries=0, answered=0, agree=0, disagree=0, load_disagree=0)
+    totals = dict(tables=0, tables_refused=0, queries=0, answered=0, agree=0, disagree=0, load_disagree=0, clamp=0)
+    by_status: dict[tuple[str, str], int] = {}
     shown = 0
     t0 = time.time()
     for seed in args.seeds:
@@ -148,13 +166,17 @@ def main(argv=None) -> int:
             items.append({"dir": str(d.resolve()), "queries": str((d / "queries.json").resolve())})
             tabs.append((t, q, d))
         ref = run_reference(args.reference_python, seed_dir, work, items) if args.reference_python else None
-        counts = dict(tables=0, tables_refused=0, queries=0, answered=0, agree=0, disagree=0, load_disagree=0)
+        counts = dict(tables=0, tables_refused=0, queries=0, answered=0, agree=0, disagree=0, load_disagree=0, clamp=0)
         for i, (t, q, d) in enumerate(tabs):
-            load, lat, code = jaxsim_side(d, q)
+            load, lat, code, clamp = jaxsim_side(d, q)
             counts["tables"] += 1
             n = q["kind"].size
             if ref is None:
                 if load == "accepted":
+                    counts["clamp"] += int(clamp.sum())
+                    for kname, c in zip(q["kind"], code):
+                        key = (ft.KINDS[int(kname)], st.name(int(c)))
+                        by_status[key] = by_status.get(key, 0) + 1
                     ok = code < st.FIRST_UNSUPPORTED
                     bad = (ok & ~(np.isfinite(lat) & (lat >= 0))) | (~ok & ~np.isnan(lat))
                     counts["queries"] += n
@@ -175,6 +197,10 @@ def main(argv=None) -> int:
                 counts["tables_refused"] += 1
                 continue
             counts["queries"] += n
+            counts["clamp"] += int(clamp.sum())
+            for kname, c in zip(q["kind"], code):
+                key = (ft.KINDS[int(kname)], st.name(int(c)))
+                by_status[key] = by_status.get(key, 0) + 1
             rows = ft.query_rows(q)
             for j, (rok, rv) in enumerate(r["answers"]):
                 jok = bool(code[j] < st.FIRST_UNSUPPORTED)
@@ -189,17 +215,24 @@ def main(argv=None) -> int:
                     jv = float(lat[j]) if jok else st.name(int(code[j]))
                     print(f"DIFF seed {seed} {d} ({t.style}, {'SD' if t.speculative else 'AR'}): {rows[j]}: jaxsim {jv!r} "
                           f"[{st.name(int(code[j]))}]; reference {rv if rok else str(rv)[:200]!r}")
-        print(f"seed {seed}: tables {counts['tables']} (refused at load by both: {counts['tables_refused']}), "
+        print(f"seed {seed}: tables {counts['tables']} ({'refused at load by both' if ref is not None else 'refused at load'}: {counts['tables_refused']}), "
               f"queries {counts['queries']}, answered {counts['answered']}, agree {counts['agree']}, "
-              f"disagree {counts['disagree']}, load disagreements {counts['load_disagree']}", flush=True)
+              f"disagree {counts['disagree']}, load disagreements {counts['load_disagree']}, "
+              f"mixed rows where the clamp binds {counts['clamp']}", flush=True)
         for k in totals:
             totals[k] += counts[k]
         if not args.workdir and counts["disagree"] == 0 and counts["load_disagree"] == 0:
             shutil.rmtree(seed_dir, ignore_errors=True)
     side = "jaxsim vs reference" if args.reference_python else "jaxsim only (no reference given)"
+    refused = "refused at load by both" if args.reference_python else "refused at load"
     print(f"TOTAL ({side}, {len(args.seeds)} seeds, {time.time() - t0:.0f} s wall): tables {totals['tables']} "
-          f"(refused at load by both: {totals['tables_refused']}), queries {totals['queries']}, answered {totals['answered']}, "
-          f"agree {totals['agree']}, disagree {totals['disagree']}, load disagreements {totals['load_disagree']}")
+          f"({refused}: {totals['tables_refused']}), queries {totals['queries']}, answered {totals['answered']}, "
+          f"agree {totals['agree']}, disagree {totals['disagree']}, load disagreements {totals['load_disagree']}, "
+          f"mixed rows where the clamp binds {totals['clamp']}")
+    if by_status:
+        print("queries by kind and jaxsim status:")
+        for (kname, sname), c in sorted(by_status.items()):
+            print(f"  {kname:8s} {sname:60s} {c}")
     bad = totals["disagree"] + totals["load_disagree"]
     if bad and not args.workdir:
         print(f"tables kept under {work}")

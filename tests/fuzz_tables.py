@@ -133,9 +133,10 @@ def random_table(
     for b in pbatches:
         toks = np.unique(np.concatenate([rng.integers(1, 3000, size=rng.integers(1, 5)), [1] if rng.random() < 0.3 else []]).astype(np.int64))
         kvs = np.unique(np.concatenate([[0], rng.integers(1, 4000, size=rng.integers(0, 4))]).astype(np.int64))
+        holes = 0.45 if rng.random() < 0.5 else 0.1  # irregular (per-token-level) KV grids: KV-first paths
         for t in toks:
             for k in kvs:
-                if rng.random() < 0.2 and toks.size * kvs.size > 2:
+                if rng.random() < holes and toks.size * kvs.size > 2:
                     continue  # non-rectangular support
                 pb.append(int(b)), pt.append(int(t)), pk.append(int(k))
                 pl.append(float(_latency(rng, style, np.array([c0 + c1 * t * (1 + 0.2 * b) + c2 * k]))[0]))
