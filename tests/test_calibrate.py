@@ -195,3 +195,18 @@ def test_op_model_profile_calibrated_to_the_real_log_meets_the_targets(tmp_path)
     assert prof.deployments[0].backend_version == "0.20.1" != cal.info["source_backend_version"]
     assert f"the source profile's is {cal.info['source_backend_version']}" in prof.provenance
     assert prof.model_revision == "8f8de0f7287916536ee3ea3e6cd2cde8216c311b"  # placeholder from the log's model card
+
+
+def test_end_to_end_real_segment_replayed_on_the_bundled_calibrated_profile():
+    """scripts/e2e_vs_vllm.py on the TP1 copy: the log's 128 `real` requests, closed loop at concurrency 32, on the
+    bundled calibrated profile; duration and per-pass median within 5 % of the real vLLM run, every request served."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import e2e_vs_vllm
+
+    r = e2e_vs_vllm.compare(FULL_LOG.parent, "qwen3-32b-bf16-b300-calibrated", 1)
+    assert r["status"] == "completed" and r["requests"] == 128
+    assert abs(r["diff_pct"]["duration_s"]) <= 5.0 and abs(r["diff_pct"]["median_ms"]) <= 5.0
+    assert abs(r["diff_pct"]["passes"]) <= 5.0
+    assert abs(r["jaxsim"]["decode_batch"]["mean"] / r["log"]["decode_batch"]["mean"] - 1) <= 0.05

@@ -445,7 +445,9 @@ def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     n += len(cache)
     pb, pt, pk, pl = [], [], [], []
     for b in range(1, min(req.max_prefill_batch, req.max_num_batched_tokens, req.max_num_seqs) + 1):
-        t_cap = min(req.max_num_batched_tokens // b, r.max_model_len - 1)
+        # the last per-request point is ceil(budget / b): b x t covers a whole budget split over b requests
+        # (a real pass of b chunks summing to max_num_batched_tokens), at most b - 1 tokens beyond it
+        t_cap = min(-(-req.max_num_batched_tokens // b), r.max_model_len - 1)
         for p in prefill_prefix_grid(r.max_model_len - 1):
             for t in prefill_token_grid(t_cap):
                 pb.append(b)
