@@ -95,11 +95,15 @@ def test_rows_are_the_op_model_and_lookups_reproduce_them(tmp_path):
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--tp", "1,x"], "comma-separated integers"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--gemm-quant-mode", "nvfp4"], "the op model cannot price this configuration"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--gemm-quant-mode", "int3"], "--gemm-quant-mode 'int3'"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--max-model-len", "99999999"], "--max-model-len must be in [2, 40960]"),
+        (["meta-llama/Meta-Llama-3.1-70B", "--system", "l40s", "--tp", "2"], "no KV pool"),
+        (["meta-llama/Meta-Llama-3.1-70B", "--system", "h100_sxm", "--tp", "2", "--max-num-seqs", "8", "--max-model-len", "131072"],
+         "cannot hold one max_model_len=131072 request"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, needle):
     out = tmp_path / "p"
-    r = runner.invoke(app, ["import", "op-model", *args, "--output", str(out), *SMALL])
+    r = runner.invoke(app, ["import", "op-model", "--output", str(out), *SMALL, *args])
     assert r.exit_code == 2, r.output
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.output

@@ -270,8 +270,8 @@ def resolve_request(req: OpModelRequest) -> ResolvedRequest:
     if ctx < 1:
         raise OpModelError(f"{path.name}: no max_position_embeddings; pass --max-model-len")
     mml = int(req.max_model_len or ctx)
-    if mml < 2:
-        raise OpModelError(f"--max-model-len must be >= 2 (got {mml})")
+    if not 2 <= mml <= ctx:
+        raise OpModelError(f"--max-model-len must be in [2, {ctx}] ({req.model}'s max_position_embeddings; got {mml})")
     n_exp = int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts") or 0)
     draft_dir = draft_name = draft_sha1 = None
     if req.num_draft_tokens:
@@ -423,6 +423,12 @@ def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
                  nextn=req.num_draft_tokens if mtp else 0)
     bpt, pool, mem = _memory(r, tp, eng)
+    if pool < r.max_model_len:
+        raise OpModelError(
+            f"{req.model} tp={tp} on {req.system}: the modelled KV pool ({pool} tokens at gpu_memory_utilization "
+            f"{req.gpu_memory_utilization:g}) cannot hold one max_model_len={r.max_model_len} request (vLLM would not "
+            "start); lower --max-model-len or raise --tp / --gpu-memory-utilization"
+        )
     cache: dict[tuple, float] = {}
 
     def decode(b: int, s: int) -> float:
