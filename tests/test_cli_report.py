@@ -15,7 +15,7 @@ runner = CliRunner()
 
 def test_sweep_report_names_unsupported_workloads_and_marks_sources(tmp_path):
     spec = tmp_path / "s.toml"
-    text = (ROOT / "configs" / "planner_qwen3_32b.toml").read_text()
+    text = (ROOT / "configs" / "planner_qwen3_32b.toml").read_text().replace('"qwen3-32b-bf16-b300-calibrated"', '"qwen3-32b-bf16-b300"')
     text = text.replace('tp = [2, 4]\n', 'tp = [2, 4]\n\n[[profile]]\nname = "qwen3-32b-bf16-b300-eagle3-k1"\nlabel = "k1"\ntp = [2]\n', 1)
     text = text.replace("[sla]", '[speculation]\nnextn = ["profile"]\nacceptance = [1.0]\n\n'
                         '[[workload]]\nname = "mooncake"\ntrace = "mooncake_conversation_1k"\nbins = 2\n\n[sla]')

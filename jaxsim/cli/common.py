@@ -31,6 +31,9 @@ def guarded(fn):
             if isinstance(exc, OSError) and getattr(exc, "filename", None):
                 text = f"{exc.filename}: {exc.strerror}"
             fail(text)
+        except (TypeError, ArithmeticError, RecursionError, UnicodeError, IndexError) as exc:
+            # a value no check anticipated: still one line, never a traceback (and worth a bug report)
+            fail(f"unexpected input ({type(exc).__name__}: {exc}); please report the command that caused it")
 
     return wrapper
 

@@ -352,10 +352,13 @@ def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: 
         profiles.append(ProfileAxis(ref, tp, r.str(p.get("label", Path(ref).name or ref), f"profile[{i}].label")))
     serving = r.table(d.get("serving", {}), "serving", ("mode", "ratios"))
     modes = serving.get("mode", ["aggregated"])
-    modes = tuple(dict.fromkeys(modes if isinstance(modes, list) else [modes]))
+    modes = modes if isinstance(modes, list) else [modes]
     for i, m in enumerate(modes):
-        if m not in MODES:
+        if not isinstance(m, str) or m not in MODES:
             raise r.err(f"serving.mode[{i}]", f"must be 'aggregated' or 'disaggregated' (got {m!r})")
+    if not modes:
+        raise r.err("serving.mode", "must not be empty")
+    modes = tuple(dict.fromkeys(modes))
     ratios_raw = serving.get("ratios", ["1:1"])
     if not isinstance(ratios_raw, list) or not ratios_raw:
         raise r.err("serving.ratios", "expected a non-empty array of 'x:y'")
@@ -382,6 +385,9 @@ def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: 
     )
     sla_raw = r.table(d.get("sla", {}), "sla", tuple(SlaSpec.__dataclass_fields__))
     sla = SlaSpec(**{k: r.num(v, f"sla.{k}", strict=k != "min_tokens_per_s_per_user") for k, v in sla_raw.items()})
+    for k, v in sla.limits().items():
+        if k.endswith("_ms") and (msg := limits.problem("ms", v)) is not None:
+            raise r.err(f"sla.{k}", msg + " (docs/limits.md)")
     budget = d.get("gpu_budget")
     if budget is not None:
         budget = r.ints(budget, "gpu_budget", limit="gpus")[0]
