@@ -709,7 +709,7 @@ def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple
         f"TP{cal.deployment.tp}) times a smooth multiplicative correction fitted to measured forward passes of "
         f"{cal.facts.source} (sha256 {cal.log.sha256[:16]}, {len(cal.log)} passes; {cal.info['decode_samples']} decode, "
         f"{cal.info['prefill_samples']} prefill-only and {cal.info['mixed_samples']} mixed training passes used). "
-        f"Model: {cal.config.describe()}. Identity of the log: backend {cal.deployment.backend} "
+        f"Model: {cal.config.describe()}. Latencies stored to 1 us. Identity of the log: backend {cal.deployment.backend} "
         f"{cal.deployment.backend_version} (the source profile's is {cal.info['source_backend_version']}); model "
         f"{src.model} (source profile: {cal.info['source_model']}, revision {cal.info['source_model_revision']}). "
         + (cal.info["revision_note"] + ". " if cal.info.get("revision_note") else "")
@@ -720,8 +720,10 @@ def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple
         {**src.to_dict(), "provenance": prov, "deployments": [cal.deployment.to_dict()]}, source="calibrated profile"
     )
     r = cal.rows
-    binned = BinnedRows(r.decode_batch, r.decode_kv, r.decode_latency_ms, np.ones(r.decode_batch.size, np.int64),
-                        r.prefill_batch, r.prefill_tokens, r.prefill_kv, r.prefill_latency_ms, np.ones(r.prefill_batch.size, np.int64))
+    # stored to 1 us (1e-3 ms): far below any pass's accuracy, and a third of the bytes (rounding keeps order)
+    ld, lp = np.round(r.decode_latency_ms, 3), np.round(r.prefill_latency_ms, 3)
+    binned = BinnedRows(r.decode_batch, r.decode_kv, ld, np.ones(r.decode_batch.size, np.int64),
+                        r.prefill_batch, r.prefill_tokens, r.prefill_kv, lp, np.ones(r.prefill_batch.size, np.int64))
     slug = "".join(c if c.isalnum() else "-" for c in src.model.lower())
     cols = table_columns(cal.deployment, model=src.model, model_revision=src.model_revision, binned=binned,
                          cell_id=f"{slug}-tp{cal.deployment.tp}-{cal.deployment.system}-calibrated")

@@ -42,11 +42,12 @@ LLAMA_LICENCE = (
     "and NVIDIA ai-dynamo 1.6.1 planner test data (jaxsim/data/LICENSES/ai-dynamo_LICENSE_Apache-2.0.txt); see "
     "jaxsim/data/ATTRIBUTION.md"
 )
-# table density of the bundled profiles (package size): Qwen decode curves for every batch up to 64 (the logs'
-# concurrency is 32, the quickstart's up to 48); Llama's planner points reach batch ~800, so its decode curves are
+# table density of the bundled profiles (package size): Qwen decode curves for every batch up to 128 (the logs'
+# concurrency is 32, the quickstart's up to 48) and prefill batches 1..32 (azure_code_1k replays to completion); Llama's planner points reach batch ~800, so its decode curves are
 # thinned to every batch up to 32, then 1/8-octave steps to 1024 (jaxsim interpolates between covering curves);
-# prefill batches 1..8. Thinning happens BEFORE calibration, so the stored held-out scores are of the bundled rows.
-QWEN_MAX_NUM_SEQS = 64
+# Llama prefill batches 1..8. Thinning happens BEFORE calibration, so the stored held-out scores are of the bundled rows.
+QWEN_MAX_NUM_SEQS = 128
+QWEN_MAX_PREFILL_BATCH = 32
 MAX_PREFILL_BATCH = 8
 
 
@@ -77,7 +78,7 @@ def _print(name: str, tp: int, cal: C.Calibration) -> None:
 
 def build_qwen(data: Path, out: Path, tmp: Path) -> dict:
     req = om.OpModelRequest(model="Qwen/Qwen3-32B", system="b300_sxm", tp=(1, 2, 4), max_num_seqs=QWEN_MAX_NUM_SEQS,
-                            max_prefill_batch=MAX_PREFILL_BATCH, max_model_len=40960)
+                            max_prefill_batch=QWEN_MAX_PREFILL_BATCH, max_model_len=40960)
     modelled = om.write_op_model(tmp / "qwen-modelled", om.import_op_model(req))
     parts, reports = [], {}
     for tp in (1, 2, 4):
