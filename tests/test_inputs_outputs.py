@@ -163,3 +163,23 @@ def test_plot_timeline_refuses_bad_pool_size(tmp_path, blocks):
     out = tmp_path / "kv.png"
     r = runner.invoke(app, ["plot", "timeline", str(tl), "--num-gpu-blocks", blocks, "--output", str(out)])
     assert r.exit_code == 2 and "--num-gpu-blocks: must be an integer >= 1" in r.stderr and not out.exists()
+
+
+def test_plot_creates_a_missing_folder(tmp_path):
+    """One policy for missing output folders: plot (like sweep and import before) creates it, as round,
+    replay and trace synth now do."""
+    pytest.importorskip("matplotlib")
+    import numpy as np
+
+    n = 40
+    rng = np.random.default_rng(0)
+    sweep = tmp_path / "sweep.parquet"
+    pq.write_table(pa.table({
+        "config_id": np.arange(n), "workload": ["chat"] * n, "tokens_per_s_per_user": rng.uniform(5, 120, n),
+        "output_tokens_per_s_per_gpu": rng.uniform(100, 4000, n), "sla_ok": rng.uniform(size=n) < 0.5,
+        "status": np.zeros(n, np.int32), "on_pareto": np.zeros(n, bool),
+    }), sweep)
+    out = tmp_path / "figs" / "new" / "pareto.png"
+    r = runner.invoke(app, ["plot", "pareto", str(sweep), "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.is_file() and _mode(out) == 0o644 and [p.name for p in out.parent.iterdir()] == ["pareto.png"]

@@ -137,3 +137,17 @@ def test_sweep_spec_bounds(tmp_path, edit, needle):
     out = tmp_path / "o.parquet"
     _one_line_error(runner.invoke(app, ["sweep", str(p), "--output", str(out)]), needle)
     assert not out.exists()
+
+
+def test_replay_with_huge_replicas_is_refused_before_work(tmp_path):
+    """Observed: replicas = 1e12 made jaxsim replay grow to 24 GB and be killed after 335 s."""
+    import time
+
+    cfg = _config(tmp_path, "replicas = 1\n", "replicas = 1000000000000\n")
+    t = tmp_path / "t.csv"
+    t.write_text("arrival_ms,input_length,output_length\n0,600,40\n1,700,40\n")
+    out = tmp_path / "o.parquet"
+    t0 = time.perf_counter()
+    res = runner.invoke(app, ["replay", str(cfg), "--trace", str(t), "--output", str(out)])
+    _one_line_error(res, "roles.aggregated.replicas: must be an integer >= 1 and <= 1,024")
+    assert not out.exists() and time.perf_counter() - t0 < 60  # refused before any compilation
