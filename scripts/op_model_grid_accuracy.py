@@ -3,7 +3,8 @@
 For each (model, system, TP) cell: import it (timed), compile the written table with jaxsim's kernels, draw
 random OFF-GRID decode (batch, total KV) and prefill (batch, tokens, cached KV) points inside the table's
 support, and compare jaxsim's direct interpolation of the table with the op model priced at the same point.
-Prints per-cell import seconds and median / p90 / max absolute % difference. Needs the `opmodel` extra.
+Prints per-cell import, write and table-compile seconds (wall, and CPU seconds of this process, which a
+loaded machine inflates less) and median / p90 / max absolute % difference. Needs the `opmodel` extra.
 
   PYTHONPATH=$PWD python scripts/op_model_grid_accuracy.py [--points 400] [--cells Qwen/Qwen3-32B:h200_sxm:1 ...]
 """
@@ -40,17 +41,18 @@ def main() -> None:
     for cell in args.cells:
         model, system, tp = cell.split(":")
         req = OpModelRequest(model, system, (int(tp),), max_num_seqs=args.max_num_seqs)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = import_op_model(req)
-        t_import = time.perf_counter() - t0
+        t_import, c_import = time.perf_counter() - t0, time.process_time() - c0
         with tempfile.TemporaryDirectory() as d:
+            t1, c1 = time.perf_counter(), time.process_time()
             write_op_model(Path(d) / "p", res)
-            t_write = time.perf_counter() - t0 - t_import
+            t_write, c_write = time.perf_counter() - t1, time.process_time() - c1
             bundle = load_profile_dir(Path(d) / "p")
             dep = bundle.profile.deployments[0]
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             table = rounds.compile_round_table(bundle.cell(dep))
-            t_compile = time.perf_counter() - t1
+            t_compile, c_compile = time.perf_counter() - t1, time.process_time() - c1
         r = resolve_request(req)
         c = res.cells[0]
         eng = Engine(model, system, r.backend_version, int(tp), gemm=c.engine_modes["gemm_quant_mode"],
@@ -79,6 +81,7 @@ def main() -> None:
         perr = np.abs(np.asarray(lat)[okp] / ref[okp] - 1) * 100
         row = {
             "cell": cell, "import_s": round(t_import, 2), "write_s": round(t_write, 2), "compile_s": round(t_compile, 2),
+            "import_cpu_s": round(c_import, 2), "write_cpu_s": round(c_write, 2), "compile_cpu_s": round(c_compile, 2),
             "decode_rows": int(rows.decode_batch.size), "prefill_rows": int(rows.prefill_batch.size),
             "decode_supported": f"{ok.sum()}/{n}", "decode_median_pct": round(float(np.median(derr)), 4),
             "decode_p90_pct": round(float(np.percentile(derr, 90)), 4), "decode_max_pct": round(float(derr.max()), 3),
