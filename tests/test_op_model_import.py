@@ -185,3 +185,15 @@ def test_mtp_rounds_are_the_op_models_native_pricing(tmp_path):
     lat, code = rounds.decode_batch(table, np.array([6]), np.array([6 * 1500]))
     assert status.is_supported(int(code[0])) and abs(float(lat[0]) / mtp.decode_ms(6, 1500) - 1) < 0.01
     assert mtp.decode_ms(6, 1500) > ar.decode_ms(6, 1500)  # a round verifies K+1 tokens and runs the MTP layers
+
+
+def test_missing_extra_is_a_one_line_install_hint(tmp_path, monkeypatch):
+    import sys
+
+    for name in [m for m in sys.modules if m.startswith("aiconfigurator_core")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)  # import fails as when the extra is absent
+    r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--output", str(tmp_path / "p")])
+    assert r.exit_code == 2, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "pip install -e '.[opmodel]'" in lines[0] and not (tmp_path / "p").exists()
