@@ -210,3 +210,20 @@ def test_end_to_end_real_segment_replayed_on_the_bundled_calibrated_profile():
     assert abs(r["diff_pct"]["duration_s"]) <= 5.0 and abs(r["diff_pct"]["median_ms"]) <= 5.0
     assert abs(r["diff_pct"]["passes"]) <= 5.0
     assert abs(r["jaxsim"]["decode_batch"]["mean"] / r["log"]["decode_batch"]["mean"] - 1) <= 0.05
+
+
+def test_jsonl_log_without_metadata_needs_and_takes_tp(modelled, tmp_path):
+    """A ForwardPassMetrics JSONL records no TP or model: it is matched by --tp, and the profile's identity is kept."""
+    import csv
+
+    with LOG.open() as f:
+        rows = list(csv.DictReader(f))
+    lines = [json.dumps({"worker_id": "w", "dp_rank": 0, "counter_id": int(r["counter_id"]), "wall_time": float(r["latency_ms"]) / 1000,
+                         "scheduled_requests": {k: int(r[k]) for k in ("num_prefill_requests", "sum_prefill_tokens", "sum_prefill_kv_tokens",
+                                                                       "num_decode_requests", "sum_decode_kv_tokens")}}) for r in rows]
+    log = tmp_path / "fpm.jsonl"
+    log.write_text("\n".join(lines) + "\n")
+    cal = C.calibrate(modelled, log, tp=1)
+    assert cal.deployment.tp == 1 and cal.scores["calibrated"]["decode"]["median_ape"] <= 2.0
+    r = runner.invoke(app, ["calibrate", str(modelled), "--log", str(log), "--tp", "2", "--output", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "no TP2 deployment" in r.output and not (tmp_path / "o").exists()
