@@ -717,7 +717,7 @@ def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple
         + (" " + provenance_extra if provenance_extra else "")
     )
     profile = ModelProfile.from_dict(
-        {**src.to_dict(), "provenance": prov, "deployments": [cal.deployment.to_dict()]}, source="calibrated profile"
+        {**src.to_dict(), "provenance": prov, "deployments": [cal.deployment.to_dict()], "data_source": DATA_SOURCE}, source="calibrated profile"
     )
     r = cal.rows
     # stored to 1 us (1e-3 ms): far below any pass's accuracy, and a third of the bytes (rounding keeps order)

@@ -103,6 +103,7 @@ def test_written_profile_is_calibrated_valid_and_takes_the_logs_identity(calibra
     assert validate_profile_dir(out) == []
     b = load_bundle(out)
     assert b.profile.provenance.startswith("CALIBRATED.")
+    assert b.profile.source == "calibrated"
     dep = b.profile.deployments[0]
     assert dep.backend_version == "0.20.1" and dep.tp == 1
     # the log's KV pool: 45,191 blocks x 16 tokens x 262,144 B

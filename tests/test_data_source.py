@@ -105,3 +105,11 @@ def test_sweep_and_replay_outputs_carry_the_data_source(modelled, tmp_path):
     assert set(pq.read_table(out).column("data_source").to_pylist()) == {"modelled"}
     assert set(pq.read_table(out.with_name("replay.timeline.parquet")).column("data_source").to_pylist()) == {"modelled"}
     assert json.loads(r.output[r.output.index("["):] if r.output.lstrip().startswith("[") else r.output)
+
+
+def test_every_bundled_profile_states_the_data_source_its_index_lists():
+    from jaxsim.data.registry import list_bundled
+
+    for b in list_bundled():
+        prof = parse_profile_text((b.path / "profile.json").read_text())
+        assert prof.source == b.kind, b.name
