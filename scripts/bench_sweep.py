@@ -100,7 +100,7 @@ def child(n: int, out_json: str) -> None:
     # the whole streaming sweep (the evaluator is already compiled in this process)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        res = rn.run_sweep(plan.spec, Path(tmp) / "r.parquet", plan=plan)
+        rn.run_sweep(plan.spec, Path(tmp) / "r.parquet", plan=plan)
         run_s = time.perf_counter() - t0
         size_mb = (Path(tmp) / "r.parquet").stat().st_size / 2**20
     rep = {

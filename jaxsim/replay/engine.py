@@ -295,7 +295,6 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     pre2 = in2 & (slot >= t_star)
     stk3, n_stk3 = _push_stack(stk1, n_stk2, req2, t_star, n_run2, S)
     ready = ready & (slot < t_star)
-    n_run3 = t_star
 
     dready = ready & (gen2 > 0)
     nd = jnp.sum(dready).astype(jnp.int64)
