@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
+from test_profile_rejections import EXPECTED  # the rule each rejections.json case must be refused for
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 CASES = json.loads((GOLDENS / "rejections.json").read_text())["cases"]
@@ -23,10 +24,17 @@ def test_golden_tables_validate(table):
     assert res.exit_code == 0, res.output
 
 
-def test_every_folder_variant_is_refused_with_one_line_per_problem():
-    assert len(FOLDER_CASES) == 59
+def test_every_folder_variant_is_refused_for_its_rule_with_one_line_per_problem():
+    assert len(FOLDER_CASES) == 59 and sorted(FOLDER_CASES) == sorted(EXPECTED)
     for case_id in FOLDER_CASES:
-        res = runner.invoke(app, ["profiles", "validate", str(GOLDENS / "rejections" / case_id)])
+        folder = GOLDENS / "rejections" / case_id
+        res = runner.invoke(app, ["profiles", "validate", str(folder)])
         assert res.exit_code == 2, (case_id, res.output)
+        assert "Traceback" not in res.output, case_id
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
-        assert lines and "Traceback" not in res.output, case_id
+        # problem lines name a file of this folder; the last line is the summary
+        *problems, summary = lines
+        assert problems and summary.startswith("error: ") and f"{len(problems)} problem(s)" in summary, (case_id, lines)
+        assert all(ln.startswith(str(folder) + "/") for ln in problems), (case_id, problems)
+        # refused for the case's rule, not for some other reason
+        assert any(EXPECTED[case_id] in ln for ln in problems), (case_id, EXPECTED[case_id], problems)
