@@ -159,15 +159,86 @@ def test_result_figures_from_mappings_and_files(tmp_path):
     assert_png(plots.plot_pareto(tmp_path / "sweep.parquet", tmp_path / "pareto2.png"))
 
 
-def test_pareto_one_frontier_per_workload(tmp_path):
+def _drawn_figure(monkeypatch, call):
+    """Run a plot function and return the matplotlib Figure it saved (its artists hold the plotted data)."""
+    saved = []
+    real_save = plots._save
+
+    def keep(fig, path):
+        saved.append(fig)
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    out = call()
+    assert len(saved) == 1
+    assert_png(out)
+    return saved[0]
+
+
+def _non_dominated(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Brute force, independent of plots.pareto_mask: no other point is at least as good in both and better in one."""
+    on = np.zeros(x.shape, bool)
+    for i in range(x.size):
+        if not (np.isfinite(x[i]) and np.isfinite(y[i])):
+            continue
+        dominated = (x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i]))
+        on[i] = not dominated.any()
+    return on
+
+
+def _frontier_lines(fig) -> dict[str, np.ndarray]:
+    (ax,) = fig.axes
+    lines = {}
+    for line in ax.get_lines():
+        if line.get_label().startswith("SLA-feasible Pareto frontier"):
+            lines[line.get_label()] = np.column_stack([line.get_xdata(), line.get_ydata()]).astype(np.float64)
+    return lines
+
+
+def _expected_frontier(cols, group_mask) -> np.ndarray:
+    x = np.asarray(cols[plots.SWEEP_PER_USER], np.float64)
+    y = np.asarray(cols[plots.SWEEP_PER_GPU], np.float64)
+    sel = group_mask & np.asarray(cols[plots.SWEEP_FEASIBLE], bool) & np.isfinite(x) & np.isfinite(y)
+    on = _non_dominated(np.where(sel, x, np.nan), np.where(sel, y, np.nan))
+    o = np.flatnonzero(on)[np.argsort(x[on])]
+    return np.column_stack([x[o], y[o]])
+
+
+def test_pareto_plot_draws_the_computed_frontier(tmp_path, monkeypatch):
     cols = sweep_columns(n=400, seed=5)
-    assert_png(plots.plot_pareto(cols, tmp_path / "all.png"))
-    assert_png(plots.plot_pareto(cols, tmp_path / "chat.png", workload="chat"))
+    del cols["workload"]
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(cols, tmp_path / "one.png"))
+    want = _expected_frontier(cols, np.ones(400, bool))
+    assert 2 <= len(want) < 400
+    lines = _frontier_lines(fig)
+    assert list(lines) == [f"SLA-feasible Pareto frontier ({len(want)})"], list(lines)
+    np.testing.assert_array_equal(lines[f"SLA-feasible Pareto frontier ({len(want)})"], want)
+    # the scatter layers hold every drawable point once: SLA misses grey, SLA hits blue, NaN (unsupported) none
+    (ax,) = fig.axes
+    offsets = {c.get_label(): c.get_offsets() for c in ax.collections}
+    finite = np.isfinite(cols[plots.SWEEP_PER_GPU])
+    assert len(offsets["meets the SLA"]) == int((cols[plots.SWEEP_FEASIBLE] & finite).sum())
+    assert len(offsets["misses the SLA"]) == int((~cols[plots.SWEEP_FEASIBLE] & finite).sum())
+
+
+def test_pareto_one_frontier_per_workload(tmp_path, monkeypatch):
+    cols = sweep_columns(n=400, seed=5)
+    groups = np.asarray(cols["workload"])
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(cols, tmp_path / "all.png"))
+    lines = _frontier_lines(fig)
+    assert len(lines) == 2
+    for g in ("chat", "long"):
+        want = _expected_frontier(cols, groups == g)
+        np.testing.assert_array_equal(lines[f"SLA-feasible Pareto frontier: {g} ({len(want)})"], want)
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(cols, tmp_path / "chat.png", workload="chat"))
+    want = _expected_frontier(cols, groups == "chat")
+    (only,) = _frontier_lines(fig).values()
+    np.testing.assert_array_equal(only, want)
     with pytest.raises(QueryError, match="no workload 'nope'.*chat, long"):
         plots.plot_pareto(cols, tmp_path / "nope.png", workload="nope")
 
 
-def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path):
+def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -181,7 +252,15 @@ def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path):
     assert 500 <= read[plots.SWEEP_PER_GPU].size <= 500 + 8 + int(front.sum())
     assert read[plots.SWEEP_ON_PARETO].sum() == front.sum()
     assert set(read) <= {plots.SWEEP_PER_USER, plots.SWEEP_PER_GPU, plots.SWEEP_FEASIBLE, plots.SWEEP_ON_PARETO, plots.SWEEP_WORKLOAD, *plots.SWEEP_LABEL_COLUMNS}
-    assert_png(plots.plot_pareto(path, tmp_path / "big.png", max_points=500))
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(path, tmp_path / "big.png", max_points=500))
+    lines = _frontier_lines(fig)  # the recorded on_pareto rows, all of them, drawn per workload
+    groups = np.asarray(cols["workload"])
+    assert sum(len(v) for v in lines.values()) == int(front.sum())
+    for g in ("chat", "long"):
+        sel = front & (groups == g)
+        o = np.flatnonzero(sel)[np.argsort(cols[plots.SWEEP_PER_USER][sel])]
+        want = np.column_stack([cols[plots.SWEEP_PER_USER][o], cols[plots.SWEEP_PER_GPU][o]])
+        np.testing.assert_array_equal(lines[f"SLA-feasible Pareto frontier: {g} ({len(o)})"], want)
 
 
 def test_kv_timeline(tmp_path):
