@@ -41,12 +41,42 @@ def test_every_notebook_is_listed():
     assert sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.py")) == sorted(FIGURES)
 
 
-def test_notebooks_have_no_stored_outputs():
+def percent_cells(text: str) -> tuple[str, list[tuple[str, int, list[str]]]]:
+    """Split a Jupytext percent script into its header and (kind, first line number, lines) cells."""
+    header, cells = [], []
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# %%"):
+            kind = "markdown" if line.strip() == "# %% [markdown]" else "code"
+            assert kind == "markdown" or line.strip() == "# %%", (no, line)  # no other cell types/options
+            cells.append((kind, no, []))
+        elif cells:
+            cells[-1][2].append(line)
+        else:
+            header.append(line)
+    return "\n".join(header), cells
+
+
+def test_notebooks_are_clean_percent_scripts():
+    """What opens in Jupyter is what runs here: markdown cells hold only comments (code in one would be
+    shown as text and never run), every code cell is valid Python on its own (Jupyter runs cells
+    separately), the Jupytext header pairs the script with no stored-output .ipynb, and none is committed."""
+    repo = NOTEBOOKS.parent
     for name in FIGURES:
-        text = (NOTEBOOKS / name).read_text(encoding="utf-8")
-        assert "# %%" in text and "# %% [markdown]" in text, name
-        assert "outputs" not in text.split("# %%", 1)[0], name  # percent scripts carry no outputs
-    assert not list(NOTEBOOKS.glob("*.ipynb")), "commit the percent-format scripts, not .ipynb files"
+        header, cells = percent_cells((NOTEBOOKS / name).read_text(encoding="utf-8"))
+        assert "format_name: percent" in header and "formats: py:percent" in header, name
+        assert "ipynb" not in header, name  # no paired notebook that would carry outputs
+        assert cells[0][0] == "markdown" and any(k == "code" for k, _, _ in cells), name
+        for kind, no, lines in cells:
+            body = [ln for ln in lines if ln.strip()]
+            assert body, f"{name}:{no}: empty cell"
+            if kind == "markdown":
+                bad = [ln for ln in body if not ln.startswith("#")]
+                assert not bad, f"{name}:{no}: markdown cell holds code {bad[:2]}"
+            else:
+                compile("\n".join(lines), f"{name}:{no}", "exec")
+    committed = [p for d in ("notebooks", "docs", "scripts", "tests") for p in (repo / d).rglob("*.ipynb")]
+    committed += list(repo.glob("*.ipynb"))
+    assert not committed, "commit the percent-format scripts, not .ipynb files"
 
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
