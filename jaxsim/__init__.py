@@ -1,7 +1,7 @@
-"""jaxsim: evaluate LLM-serving deployments from measured forward-pass profiles."""
+"""jaxsim: evaluate LLM-serving deployments from measured forward-pass profiles.
 
-import jax
-
-jax.config.update("jax_enable_x64", True)
+Importing the package imports no JAX; modules that compile kernels enable x64 through
+:func:`jaxsim._jax.ensure_x64`.
+"""
 
 __version__ = "0.1.0"

@@ -19,29 +19,33 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from jaxsim import acceptance_rates as acceptance
 from jaxsim import systems
-from jaxsim.config import IDENTITY_OVERRIDES, MODES, REFUSED_OVERRIDES, DeploymentConfig, RoleConfig
-from jaxsim.errors import BindingError, JaxsimError
-from jaxsim.kernels import acceptance
-from jaxsim.kernels.capacity import (
+from jaxsim.capacity_rules import (
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     CapacityRequest,
     KvCacheEstimate,
-    KvPool,
-    PoolCapacity,
     block_size_problem,
     capacity_problems,
-    estimate_kv_cache,
-    make_pool,
-    pool_capacity_jit,
 )
-from jaxsim.kernels.rounds import RoundTable, compile_round_table
+from jaxsim.config import (
+    IDENTITY_OVERRIDES,
+    MODES,
+    REFUSED_OVERRIDES,
+    DeploymentConfig,
+    RoleConfig,
+)
+from jaxsim.errors import BindingError, JaxsimError
 from jaxsim.profile import CellRows, Deployment, ProfileBundle, load_profile_dir
 from jaxsim.profile.model import MAX_BYTES, UNSAFE_VERSION_LABELS
+
+if TYPE_CHECKING:  # the compiled kernels are imported where a binding is built: validation needs no JAX
+    from jaxsim.kernels.capacity import KvPool, PoolCapacity
+    from jaxsim.kernels.rounds import RoundTable
 
 MAX_NEXTN = acceptance.MAX_DRAFT_TOKENS
 FPM_FMHA_MODES = ("bfloat16", "fp8", "fp8_block")
@@ -103,6 +107,8 @@ class RoleBinding:
 
     def capacity(self, isl: int, osl: int) -> PoolCapacity:
         """KV tokens, blocks, per-request blocks and max concurrency per rank for requests of ISL + OSL."""
+        from jaxsim.kernels.capacity import pool_capacity_jit
+
         return pool_capacity_jit(self.pool, np.int64(isl), np.int64(osl))
 
 
@@ -294,6 +300,8 @@ def _round_table(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> Rou
         hit = _TABLES.get(key)
     if hit is None:
         cell = _cell(bundle, dep, dcp)
+        from jaxsim.kernels.rounds import compile_round_table
+
         hit = compile_round_table(cell, speculative=dep.is_speculative, num_draft_tokens=dep.num_draft_tokens)
         with _LOCK:
             _TABLES[key] = hit
@@ -579,6 +587,10 @@ def bind(cfg: DeploymentConfig) -> Binding:
     if problems:
         more = f" (+{len(problems) - 1} more; run `jaxsim validate`)" if len(problems) > 1 else ""
         raise BindingError(f"{cfg.source}: {problems[0]}{more}")
+    from jaxsim._jax import ensure_x64
+    from jaxsim.kernels.capacity import estimate_kv_cache, make_pool
+
+    ensure_x64()
     out: dict[str, RoleBinding] = {}
     ctx = None
     for r in roles:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+if TYPE_CHECKING:
+    from jax.sharding import NamedSharding
+
+# JAX is imported inside the functions that need it: the CLI calls use_all_cpu_cores and
+# enable_compilation_cache at start-up, and commands that compile nothing must not pay for importing JAX.
 
 _FLAG = "--xla_force_host_platform_device_count"
 
@@ -24,15 +27,26 @@ def use_all_cpu_cores() -> None:
 
 def batch_sharding() -> NamedSharding:
     """Sharding of a leading batch axis over all local devices (1-D mesh ``batch``)."""
+    from jaxsim._jax import ensure_x64
+
+    ensure_x64()
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
     return NamedSharding(Mesh(np.array(jax.local_devices()), ("batch",)), PartitionSpec("batch"))
 
 
 def num_devices() -> int:
+    import jax
+
     return len(jax.local_devices())
 
 
-def shard(*arrays: np.ndarray):
+def shard(*arrays):
     """Place equally long arrays (length divisible by the device count) split over local devices."""
+    import jax
+
     sh = batch_sharding()
     return tuple(jax.device_put(a, sh) for a in arrays)
 
@@ -44,5 +58,13 @@ def enable_compilation_cache() -> None:
         os.makedirs(path, exist_ok=True)
     except OSError:
         return
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    import sys
+
+    if "jax" in sys.modules:  # already imported: set the options directly
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    else:  # JAX reads these when it is imported (later, and only by commands that compile)
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = path
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"

@@ -15,9 +15,15 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
-from jaxsim.kernels.rounds import RoundTable, compile_round_table, decode_batch, prefill_batch
+from jaxsim.kernels.rounds import (
+    RoundTable,
+    compile_round_table,
+    decode_batch,
+    prefill_batch,
+)
 
 MISSING_MATPLOTLIB = "matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
 

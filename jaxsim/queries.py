@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
 from jaxsim.devices import num_devices, shard
 from jaxsim.errors import QueryError
 from jaxsim.kernels import rounds

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-import jaxsim  # noqa: F401  (enables x64)
+import jaxsim._jax  # noqa: F401  (enables x64)
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
 

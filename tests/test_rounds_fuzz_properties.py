@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-import jaxsim  # noqa: F401  (x64)
+import jaxsim._jax  # noqa: F401  (enables x64)
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st

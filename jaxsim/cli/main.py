@@ -12,7 +12,7 @@ from jaxsim.devices import enable_compilation_cache, use_all_cpu_cores
 use_all_cpu_cores()
 enable_compilation_cache()
 
-import jaxsim  # noqa: E402
+import jaxsim  # noqa: E402  (imports no JAX: commands import it inside their functions)
 
 app = typer.Typer(
     name="jaxsim",

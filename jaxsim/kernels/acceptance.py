@@ -6,43 +6,17 @@ tokens += 1, else the chain stops. The emitted burst is min(tokens, remaining ou
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float64, Int64
 
-MAX_DRAFT_TOKENS = 5
-
-
-def rates_from_accepted(accepted_tokens: float, num_draft_tokens: int) -> np.ndarray:
-    """Lower a mean accepted-draft count a to rates [1]*floor(a) + [a - floor(a)] + zeros (length K)."""
-    k = int(num_draft_tokens)
-    a = float(accepted_tokens)
-    if not (0.0 <= a <= k) or not math.isfinite(a):
-        raise ValueError(f"accepted_tokens={a} must be within [0, nextn={k}]")
-    whole = int(math.floor(a))
-    rates = [1.0] * whole + ([a - whole] if whole < k else [])
-    rates += [0.0] * (k - len(rates))
-    return np.asarray(rates[:k], dtype=np.float64)
-
-
-def normalize_rates(rates, num_draft_tokens: int) -> np.ndarray:
-    """Pad with zeros / drop extras to length K; each rate must be finite in [0, 1]."""
-    r = [float(x) for x in rates][: int(num_draft_tokens)]
-    for i, x in enumerate(r):
-        if not (math.isfinite(x) and 0.0 <= x <= 1.0):
-            raise ValueError(f"accept_rates[{i}]={x} must be a finite probability in [0, 1]")
-    r += [0.0] * (int(num_draft_tokens) - len(r))
-    return np.asarray(r, dtype=np.float64)
-
-
-def pad_rates(rates: np.ndarray) -> np.ndarray:
-    """Pad a length-K rate vector to MAX_DRAFT_TOKENS with zeros (so every depth shares one shape)."""
-    out = np.zeros(MAX_DRAFT_TOKENS)
-    out[: len(rates)] = rates
-    return out
+from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
+from jaxsim.acceptance_rates import (  # noqa: F401
+    MAX_DRAFT_TOKENS,
+    normalize_rates,
+    pad_rates,
+    rates_from_accepted,
+)
 
 
 def expected_tokens_per_round(

@@ -14,8 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float64, Int32, Int64
 
+from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
-from jaxsim.kernels.support import DecodeSupport, PrefillSupport, _bucket, compile_decode, compile_prefill
+from jaxsim.kernels.support import (
+    DecodeSupport,
+    PrefillSupport,
+    _bucket,
+    compile_decode,
+    compile_prefill,
+)
 
 _I64_MAX = np.iinfo(np.int64).max
 _CODE_SHIFT = 24
@@ -79,6 +86,7 @@ class RoundTable(eqx.Module):
 
 def compile_round_table(cell, *, speculative: bool = False, num_draft_tokens: int = 0) -> RoundTable:
     """Compile a selected cell (``CellRows``-like: decode_* and prefill_* arrays) for the kernels."""
+    ensure_x64()
     dec = compile_decode(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms)
     pre = compile_prefill(cell.prefill_batch, cell.prefill_tokens, cell.prefill_kv, cell.prefill_latency_ms)
     return _assemble(dec, pre, speculative=speculative, num_draft_tokens=num_draft_tokens)

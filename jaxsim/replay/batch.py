@@ -17,15 +17,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxsim._jax import ensure_x64
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import RoundTable, common_shapes
 from jaxsim.kernels.rounds import pad_round_table as _pad_round_table
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
-    COMPLETED, DONE, EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay_stack, slot_bucket, status_name,
+    COMPLETED,
+    DONE,
+    EngineParams,
+    ReplayResult,
+    Requests,
+    is_stochastic,
+    make_params,
+    replay_stack,
+    slot_bucket,
+    status_name,
 )
 from jaxsim.replay.traces import Trace, request_bucket
+
 
 def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]]) -> RoundTable:
     """``t`` padded to ``shapes`` (lookups unchanged) with the static fields reset: the replay engine
@@ -95,6 +106,7 @@ def replay_batch(
     ``chunk`` splits very large sweeps into several calls of at most ``chunk`` configurations (the
     last call is padded with copies so every call reuses one compilation).
     """
+    ensure_x64()
     n = len(params)
     if n == 0:
         raise ValueError("replay_batch needs at least one configuration")
@@ -346,6 +358,7 @@ def run_replays(
     ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
     trace's output tokens plus four passes per request, at most 2**18).
     """
+    ensure_x64()
     arrival, inp, out = trace.arrival_ms, trace.input_tokens, trace.output_tokens
     n = len(trace)
     if timeline_len is None:

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
+from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
 from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, prefill_latency_ms
@@ -448,6 +449,7 @@ def replay(
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
     that many passes of per-pass records (0: none).
     """
+    ensure_x64()
     s0, aux = _prepare(p, rq, slots, timeline_len)
     body = partial(_engine_pass, p, aux[0], aux[1], key, bool(stochastic))
     s = jax.lax.while_loop(partial(_active, p), body, s0)
@@ -460,6 +462,7 @@ def replay_stack(
     """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
     item by item to :func:`replay`. One loop runs while any item is active, over the vmapped pass
     (a vmapped ``while_loop`` would select every item's whole state at every pass)."""
+    ensure_x64()
     s0, aux = jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len))(p, rq)
     step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s))
 

@@ -19,10 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
+from jaxsim._jax import ensure_x64
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS
-from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, scheduler_pass_latency_ms, stack_round_tables
+from jaxsim.kernels.rounds import (
+    RoundTable,
+    decode_latency_ms,
+    scheduler_pass_latency_ms,
+    stack_round_tables,
+)
 
 # Sweep-model status codes (kernel codes are below 32; every code here is "unsupported").
 REQUEST_EXCEEDS_KV_POOL = 40
@@ -328,6 +334,7 @@ def evaluate_config(
     y decode workers, rate-matched. ``rounds_table[a, m]`` is the expected number of rounds to emit
     m tokens under acceptance setting a (:func:`expected_rounds`).
     """
+    ensure_x64()
     disagg = disaggregated
     w = jnp.maximum(cfg.weight, 0.0)
     w = w / jnp.maximum(jnp.sum(w), 1e-300)
@@ -454,6 +461,7 @@ def evaluate_chunk(
     cfgs: ConfigInputs,
 ) -> Metrics:
     """:func:`evaluate_config` over a chunk of configurations that share their tables and serving mode."""
+    ensure_x64()
     pt = take_table(stack, prefill_index)
     dt = take_table(stack, decode_index)
     fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, None, None, 0))

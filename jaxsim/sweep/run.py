@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import jaxsim
+from jaxsim._jax import ensure_x64
 from jaxsim.errors import JaxsimError
 from jaxsim.outputs import publish, temp_path
 from jaxsim.sweep import evaluate as ev
@@ -283,7 +284,14 @@ def _best_path(work: Path, k: int) -> Path:
 
 def _progress(enabled: bool, total: int):
     from rich.console import Console  # noqa: PLC0415
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     prog = Progress(
         TextColumn("[bold]sweep"),
@@ -322,6 +330,7 @@ def run_sweep(
     refuses (:class:`SpecError`) a spec with invalid bindings. ``on_chunk(k)`` is called after chunk k
     is written (tests use it to interrupt a run).
     """
+    ensure_x64()
     t_wall = time.perf_counter()
     spec = spec if isinstance(spec, SweepSpec) else load_spec(spec)
     output = Path(output)

@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxsim import binding as bd
 from jaxsim import limits
+from jaxsim._jax import ensure_x64
 from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels import acceptance as acc
@@ -597,6 +598,7 @@ def _profile_deployments(ref: str, base: Path | None):
 
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
     """Validate every distinct binding once and lay out the config index space (plain Python)."""
+    ensure_x64()
     labels: dict[str, list[str]] = {"profile": [], "system": [], "mode": [], "acceptance": [], "workload": [],
                                     "data_source": list(DATA_SOURCES)}
 
