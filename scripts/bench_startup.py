@@ -47,7 +47,7 @@ def main() -> None:
             walls.append(time.perf_counter() - t0)
         probe = subprocess.run([sys.executable, "-X", "importtime", "-m", "jaxsim", *cmd], cwd=root, env=env,
                                capture_output=True, text=True, check=True)
-        jax_loaded = any(line.rstrip().endswith("| jax") for line in probe.stderr.splitlines())
+        jax_loaded = any(line.split("|")[-1].strip() == "jax" for line in probe.stderr.splitlines())
         print(f"{'jaxsim ' + ' '.join(cmd):<52} {statistics.median(walls):>9.3f} {min(walls):>7.3f}  {jax_loaded}")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("jax", "jaxlib", "ml_dtypes", "equinox", "jaxtyping")
+HEAVY = ("jax", "jaxlib", "ml_dtypes", "equinox", "jaxtyping", "pandas")
 
 # run the Typer app in-process in a fresh interpreter, then report the exit code and loaded heavy modules
 PROBE = """
