@@ -27,7 +27,7 @@ use_all_cpu_cores()  # one host device per core: the configuration axis is split
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-import jaxsim  # noqa: E402,F401  (x64)
+import jaxsim._jax  # noqa: E402,F401  (turns x64 on)
 from jaxsim.kernels.acceptance import pad_rates  # noqa: E402
 from jaxsim.kernels.rounds import compile_round_table  # noqa: E402
 from jaxsim.replay.batch import replay_batch  # noqa: E402

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import jaxsim  # noqa: F401
+import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.kernels import rounds
 from jaxsim.rounds_api import load_round_table
 

@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None, help="where tables go (default: a temporary folder, kept on disagreement)")
     args = ap.parse_args(argv)
 
-    import jaxsim  # noqa: F401  (x64)
+    import jaxsim._jax  # noqa: F401  (turns x64 on)
     from jaxsim.kernels import status as st
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="jaxsim-diff-"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jaxsim  # noqa: F401
+import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
 from jaxsim.profile import load_profile_dir

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-import jaxsim  # noqa: F401
+import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import jax
 import pytest
 
-import jaxsim  # noqa: F401
+import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.sweep import OutputExistsError, SpecError, plan_sweep, run_sweep
 from jaxsim.sweep.run import pareto_mask, top_mask, work_dir_for
 from jaxsim.sweep.spec import spec_from_dict

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import jaxsim  # noqa: F401
+import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.sweep import spec as sp
 
 TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
