@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -20,10 +21,15 @@ def fail(message: str) -> "typer.Exit":
 
 
 def guarded(fn):
-    """Turn user errors (bad files, bad values) into one-line messages with exit code 2."""
+    """Turn user errors (bad files, bad values) into one-line messages with exit code 2.
+
+    With ``JAXSIM_DEBUG=1`` in the environment every error keeps its traceback instead (for bug reports).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if os.environ.get("JAXSIM_DEBUG", "") not in ("", "0"):
+            return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         except (JaxsimError, FileNotFoundError, IsADirectoryError, PermissionError, ValueError, KeyError) as exc:
@@ -33,7 +39,8 @@ def guarded(fn):
             fail(text)
         except (TypeError, ArithmeticError, RecursionError, UnicodeError, IndexError) as exc:
             # a value no check anticipated: still one line, never a traceback (and worth a bug report)
-            fail(f"unexpected input ({type(exc).__name__}: {exc}); please report the command that caused it")
+            fail(f"unexpected input ({type(exc).__name__}: {exc}); please report the command that caused it "
+                 "(JAXSIM_DEBUG=1 shows the traceback)")
 
     return wrapper
 
