@@ -66,6 +66,7 @@ from jaxsim.importers.fpm_log import (
     table_columns,
 )
 from jaxsim.profile.model import Deployment, ModelProfile, RuntimeMemory
+from jaxsim.profile.table import CellRows
 
 PHASES = (DECODE, PREFILL, MIXED)
 DATA_SOURCE = "calibrated"
@@ -407,19 +408,6 @@ def _prefill_part(table, log: FpmLog, idx: np.ndarray) -> tuple[np.ndarray, np.n
     return np.asarray(lat, np.float64), np.asarray(status.is_supported(np.asarray(code)), bool)
 
 
-@dataclass(frozen=True, eq=False)
-class Rows:
-    """A cell's rows (CellRows-like, for compile_round_table)."""
-
-    decode_batch: np.ndarray
-    decode_kv: np.ndarray
-    decode_latency_ms: np.ndarray
-    prefill_batch: np.ndarray
-    prefill_tokens: np.ndarray
-    prefill_kv: np.ndarray
-    prefill_latency_ms: np.ndarray
-
-
 def _decode_features(batch, kv) -> np.ndarray:
     return np.stack([np.log2(np.maximum(batch, 1)), np.log2(np.maximum(kv, 1))], axis=1).astype(np.float64)
 
@@ -449,7 +437,7 @@ def _monotone(lat: np.ndarray, base: np.ndarray, groups: tuple[np.ndarray, ...],
     return out, raised
 
 
-def apply_corrections(rows: Rows, dec: Correction, pre: Correction) -> tuple[Rows, dict]:
+def apply_corrections(rows: CellRows, dec: Correction, pre: Correction) -> tuple[CellRows, dict]:
     """Corrected rows (monotone-safe) and how many were raised by the monotone pass."""
     ld = rows.decode_latency_ms * dec.factor(_decode_features(rows.decode_batch, rows.decode_kv))
     lp = rows.prefill_latency_ms * pre.factor(_prefill_features(rows.prefill_batch, rows.prefill_tokens, rows.prefill_kv))
@@ -500,7 +488,7 @@ def select_decode_model(pos: np.ndarray, x: np.ndarray, y: np.ndarray, keys: np.
     return deg, -r, table
 
 
-def fit(rows: Rows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig) -> tuple[Correction, Correction, dict]:
+def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig) -> tuple[Correction, Correction, dict]:
     """Fit the decode then the prefill correction on the training passes of ``log``."""
     kind = log.kind
     meas = log.latency_ms
@@ -575,7 +563,7 @@ class Calibration:
 
     profile: ModelProfile
     deployment: Deployment
-    rows: Rows
+    rows: CellRows
     decode: Correction
     prefill: Correction
     scores: dict
@@ -625,8 +613,7 @@ def calibrate(
     log, facts = read_log(log_path, model_card=model_card, vllm_metadata=vllm_metadata)
     dep = match_deployment(bundle.profile, facts, tp=tp, where=f"profile {bundle.root}", model=model)
     cell = bundle.cell(dep)
-    rows = Rows(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms, cell.prefill_batch, cell.prefill_tokens,
-                cell.prefill_kv, cell.prefill_latency_ms)
+    rows = cell
     kind = log.kind
     if not np.any(kind == DECODE) and not np.any(kind == PREFILL):
         raise TableError(f"{facts.source}: no decode-only or prefill-only pass to calibrate against")

@@ -260,13 +260,10 @@ def prefill_latency_ms(
     return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
 
 
-def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens):
-    """The prefill and decode lookups of one iteration, and the status of their combination."""
-    has_p = num_prefill_requests > 0
-    has_d = num_decode_requests > 0
-    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
-    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
-    code = jnp.where(
+def _combined_code(has_p, has_d, cp, cd):
+    """Status of a pass from its parts: the first unsupported part (prefill first), else composed, the
+    single part's code, or empty."""
+    return jnp.where(
         has_p & (cp >= st.FIRST_UNSUPPORTED),
         cp,
         jnp.where(
@@ -275,6 +272,15 @@ def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_k
             jnp.where(has_p & has_d, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY))),
         ),
     )
+
+
+def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens):
+    """The prefill and decode lookups of one iteration, and the status of their combination."""
+    has_p = num_prefill_requests > 0
+    has_d = num_decode_requests > 0
+    lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
+    ld, cd = decode_latency_ms(t, num_decode_requests, decode_kv_tokens)
+    code = _combined_code(has_p, has_d, cp, cd)
     bad = (num_prefill_requests < 0) | (num_decode_requests < 0) | ((num_prefill_requests == 0) & (prefill_tokens != 0))
     code = jnp.where(bad, st.INVALID_QUERY, code)
     return has_p, has_d, jnp.where(has_p, lp, 0.0), jnp.where(has_d, ld, 0.0), code
@@ -330,15 +336,7 @@ def mixed_latency_ms(
     both = has_p & has_d
     lp, cp = prefill_latency_ms(t, np_, pt, pk)
     ld, cd = decode_latency_ms(t, nd, dk)
-    code = jnp.where(
-        has_p & (cp >= st.FIRST_UNSUPPORTED),
-        cp,
-        jnp.where(
-            has_d & (cd >= st.FIRST_UNSUPPORTED),
-            cd,
-            jnp.where(both, st.COMPOSED, jnp.where(has_p, cp, jnp.where(has_d, cd, st.EMPTY))),
-        ),
-    )
+    code = _combined_code(has_p, has_d, cp, cd)
     if t.speculative:
         code = jnp.where(both, st.SD_MIXED_REFUSED, code)
     orphan = ((np_ == 0) & ((pt != 0) | (pk != 0))) | ((nd == 0) & (dk != 0))
