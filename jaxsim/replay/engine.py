@@ -201,12 +201,11 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
     L = p.max_model_len
 
-    # arrivals; an idle engine jumps to the next arrival
-    # (counts by comparison, not binary searches: gathers are the expensive op in a vmapped loop)
-    idle = (s.n_run == 0) & (s.n_stk == 0) & (s.admit_ptr >= jnp.sum(arr_sorted <= s.now))
-    nxt = jnp.min(jnp.where(jnp.arange(N) >= s.admit_ptr, arr_sorted, jnp.inf))
+    # arrivals (sorted; S trailing +inf pads): only the next S are looked at, never the whole trace.
+    # An idle engine jumps to the next arrival.
+    nxt = arr_sorted[s.admit_ptr]
+    idle = (s.n_run == 0) & (s.n_stk == 0) & (nxt > s.now)
     now = jnp.where(idle & (s.admit_ptr < n_acc), nxt, s.now)
-    arrived = jnp.sum(arr_sorted <= now)
 
     # ---- running list, in order ----------------------------------------------------------------
     in_run = slot < s.n_run
@@ -227,7 +226,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
     cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
     cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
-    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="compare_all" if S <= 64 else "sort") - 1
+    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="scan") - 1
     t_fit = jnp.where(live, jnp.maximum(t_fit, 0), s.n_run)
     keep_upto = jax.lax.cummin(t_fit)
     keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
@@ -242,7 +241,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     # ---- waiting queue: preempted stack (top first), then fresh arrivals ------------------------
     from_stk = slot < n_stk1
     c = jnp.where(from_stk, stk1[jnp.clip(n_stk1 - 1 - slot, 0, S - 1)], s.admit_ptr + (slot - n_stk1))
-    c_ok = from_stk | (c < arrived)
+    c_ok = from_stk | (arr_sorted[jnp.clip(c, 0, N + S - 1)] <= now)
     c = jnp.where(c_ok, c, N)
     row_c = s.ri[c]
     c_mat = c_ok & ((row_c[:, _FLAGS] & _MAT) > 0)
@@ -373,7 +372,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     timeline = s.timeline
     if timeline.shape[0] > 0:
         row = jnp.stack([
-            now, end, n_run.astype(jnp.float64), (n_stk3 + arrived - admit_ptr).astype(jnp.float64),
+            now, end, n_run.astype(jnp.float64), (n_stk3 + jnp.sum(arr_sorted <= now) - admit_ptr).astype(jnp.float64),
             np_.astype(jnp.float64), ptok.astype(jnp.float64), pkv.astype(jnp.float64), nd.astype(jnp.float64),
             dkv.astype(jnp.float64), jnp.sum(jnp.where(keep, alloc3, 0)).astype(jnp.float64),
             jnp.sum(pre).astype(jnp.float64),
@@ -400,13 +399,13 @@ def _prepare(p: EngineParams, rq: Requests, slots: int, timeline_len: int):
     acc = accepted_mask(p, rq)
     order = jnp.argsort(~acc, stable=True)
     n_acc = jnp.sum(acc).astype(jnp.int64)
-    arr_sorted = jnp.where(acc[order], rq.arrival_ms[order], jnp.inf)
+    S = int(slots)
+    arr_sorted = jnp.concatenate([jnp.where(acc[order], rq.arrival_ms[order], jnp.inf), jnp.full((S,), jnp.inf)])
     pad1 = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])  # noqa: E731
     prompt = pad1(rq.input_tokens[order].astype(jnp.int64), 0)
     room = jnp.maximum(p.max_model_len - prompt, 0)
     out = jnp.minimum(pad1(rq.output_tokens[order].astype(jnp.int64), 0), room)
     mat = pad1(rq.materialized[order] & acc[order], False)
-    S = int(slots)
     z64 = jnp.zeros((N + 1,), jnp.int64)
     ri = jnp.stack([prompt, out, jnp.where(mat, 1, z64), jnp.where(mat, prompt, z64), z64, z64, z64, z64,
                     jnp.where(mat, _MAT, 0).astype(jnp.int64)], axis=1)
