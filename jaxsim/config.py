@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxsim import limits
+from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
 
 ROLE_NAMES = ("aggregated", "prefill", "decode")
@@ -139,142 +140,69 @@ class DeploymentConfig:
 
 
 # ----------------------------------------------------------------------------------------------------
-# strict parsing
-
-_TOP_KEYS = {f.name for f in fields(DeploymentConfig)} - {"source", "base_dir"}
-_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name"}
-_OVERRIDE_KEYS = {f.name for f in fields(Overrides)}
+# schema (jaxsim.schema): structure, types and the documented limits; the binding judges the rest
 
 
-def _type_name(v: Any) -> str:
-    return {dict: "table", list: "array", str: "string", bool: "boolean", int: "integer", float: "float"}.get(
-        type(v), type(v).__name__
-    )
+def _role_table(name: str) -> sc.Table:
+    def make(doc: sc.Doc, path: str, d: dict) -> RoleConfig:
+        dcp = d.get("dcp")  # absent unless stated; any stated value is checked by the binding, only its size here
+        if dcp is not None and abs(dcp) > limits.LIMITS["parallel"].hi:
+            raise doc.error(sc.sub(path, "dcp"), limits.problem("parallel", dcp) + " (docs/limits.md)")
+        return RoleConfig(name=name, **d)
+
+    par = sc.Field(sc.Int(lo=1, limit="parallel"))
+    return sc.Table({
+        "tp": par, "pp": par, "dp": par, "moe_tp": par, "moe_ep": par, "cp": par,
+        "dcp": sc.Field(sc.Int()),
+        "replicas": sc.Field(sc.Int(lo=1, limit="replicas")),
+        "profile": sc.Field(sc.Str()),
+        "max_num_batched_tokens": sc.Field(sc.Int(lo=1, limit="tokens")),
+        "max_num_seqs": sc.Field(sc.Int(lo=1, limit="max_num_seqs")),
+        "gpu_memory_utilization": sc.Field(sc.Num()),
+    }, make)
 
 
-class _Reader:
-    def __init__(self, source: str):
-        self.source = source
+_OVERRIDES = sc.Table(
+    {k: sc.Field(sc.Bool() if k == "enable_eplb" else sc.Int() if k == "wideep_num_slots" else sc.Str())
+     for k in (f.name for f in fields(Overrides))},
+    lambda doc, path, d: Overrides(**d),
+)
 
-    def error(self, path: str, msg: str) -> BindingError:
-        return BindingError(f"{self.source}: {path}: {msg}" if path else f"{self.source}: {msg}")
-
-    def table(self, v: Any, path: str, allowed: set[str]) -> dict:
-        if not isinstance(v, dict):
-            raise self.error(path, f"expected a table, got {_type_name(v)}")
-        for k in v:
-            if k not in allowed:
-                where = f"{path}.{k}" if path else k
-                raise self.error(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-        return v
-
-    def int(self, v: Any, path: str, lo: int | None = None, limit: str | None = None) -> int:
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise self.error(path, f"expected an integer, got {_type_name(v)} {v!r}")
-        if lo is not None and v < lo:
-            raise self.error(path, f"must be >= {lo} (got {v})")
-        # without ``lo`` the lower bound is the binding's rule (reference rejection codes); only the upper is checked here
-        if limit is not None and (lo is not None or v > limits.LIMITS[limit].hi) and (msg := limits.problem(limit, v)) is not None:
-            raise self.error(path, msg + " (docs/limits.md)")
-        return v
-
-    def float(self, v: Any, path: str, limit: str | None = None) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.error(path, f"expected a number, got {_type_name(v)} {v!r}")
-        if limit is not None and not math.isfinite(v):  # unlimited keys: the binding's rules judge them
-            raise self.error(path, f"must be a finite number (got {v!r})")
-        if limit is not None and (msg := limits.problem(limit, v)) is not None:
-            raise self.error(path, msg + " (docs/limits.md)")
-        return float(v)
-
-    def str(self, v: Any, path: str) -> str:
-        if not isinstance(v, str):
-            raise self.error(path, f"expected a string, got {_type_name(v)} {v!r}")
-        if not v.strip():
-            raise self.error(path, "must be a non-empty string")
-        return v
-
-    def bool(self, v: Any, path: str) -> bool:
-        if not isinstance(v, bool):
-            raise self.error(path, f"expected a boolean, got {_type_name(v)} {v!r}")
-        return v
-
-
-def _role(r: _Reader, name: str, value: Any) -> RoleConfig:
-    path = f"roles.{name}"
-    d = r.table(value, path, _ROLE_KEYS)
-    kw: dict[str, Any] = {"name": name}
-    role_limits = {"replicas": "replicas", "max_num_batched_tokens": "tokens", "max_num_seqs": "max_num_seqs"}
-    for k in ("tp", "pp", "dp", "moe_tp", "moe_ep", "cp", "dcp", "replicas", "max_num_batched_tokens", "max_num_seqs"):
-        if k in d:
-            if k == "dcp":  # absent unless stated; any stated value is checked by the binding
-                kw[k] = r.int(d[k], f"{path}.{k}")
-                if abs(kw[k]) > limits.LIMITS["parallel"].hi:
-                    raise r.error(f"{path}.{k}", limits.problem("parallel", kw[k]) + " (docs/limits.md)")
-            else:
-                kw[k] = r.int(d[k], f"{path}.{k}", lo=1, limit=role_limits.get(k, "parallel"))
-    if "profile" in d:
-        kw["profile"] = r.str(d["profile"], f"{path}.profile")
-    if "gpu_memory_utilization" in d:
-        kw["gpu_memory_utilization"] = r.float(d["gpu_memory_utilization"], f"{path}.gpu_memory_utilization")
-    return RoleConfig(**kw)
+_STR = sc.Field(sc.Str())
+_NUM = sc.Field(sc.Num())  # accepted_tokens, kv_transfer_gbps, tolerance_fraction: the binding judges the values
+_CONFIG = sc.Table({
+    "model": sc.Field(sc.Str(), required=True),
+    "system": sc.Field(sc.Str(), required=True),
+    "profile": _STR, "backend": _STR, "backend_version": _STR, "mode": _STR,
+    "nextn": sc.Field(sc.Int(lo=0, hi=64)),
+    "accept_rates": sc.Field(sc.Array(sc.Num())),
+    "accepted_tokens": _NUM,
+    "acceptance_preset": _STR,
+    "block_size": sc.Field(sc.Int(limit="block_size")),
+    "context_length": sc.Field(sc.Int(limit="tokens")),
+    "gpu_memory_bytes": sc.Field(sc.Int(lo=1, limit="bytes")),
+    "estimation_mode": _STR, "method": _STR, "database_mode": _STR, "fallback": _STR,
+    "speculation": sc.Field(sc.Raw(dict)),
+    "kv_offload": sc.Field(sc.Bool()),
+    "kv_transfer_gbps": _NUM,
+    "cuda_graph_reserved_bytes": sc.Field(sc.Int(lo=0, limit="bytes", upper_only=True)),
+    "tolerance_fraction": _NUM,
+    "overrides": sc.Field(_OVERRIDES),
+    "roles": sc.Field(sc.Table({n: sc.Field(_role_table(n)) for n in ROLE_NAMES}, lambda doc, path, d: tuple(d.values()))),
+})
 
 
 def config_from_dict(obj: Mapping[str, Any], *, source: str = "<config>", base_dir: str | os.PathLike | None = None) -> DeploymentConfig:
     """Build a config from a parsed TOML/JSON mapping; one-line BindingError on an unknown key or wrong type."""
-    r = _Reader(source)
-    d = r.table(dict(obj), "", _TOP_KEYS)
-    for k in ("model", "system"):
-        if k not in d:
-            raise r.error(k, "required key missing")
-    kw: dict[str, Any] = {"source": source, "base_dir": None if base_dir is None else Path(base_dir)}
-    for k in ("model", "system", "profile", "backend", "mode", "acceptance_preset", "estimation_mode", "method",
-              "database_mode", "fallback"):
-        if k in d:
-            kw[k] = r.str(d[k], k)
-    if "backend_version" in d:
-        kw["backend_version"] = r.str(d["backend_version"], "backend_version")
-    for k, lo, lim in (("nextn", 0, None), ("block_size", None, "block_size"), ("context_length", None, "tokens"),
-                       ("gpu_memory_bytes", 1, "bytes"), ("cuda_graph_reserved_bytes", 0, None)):
-        if k in d:
-            kw[k] = r.int(d[k], k, lo=lo, limit=lim)
-    if kw.get("nextn", 0) > 64:
-        raise r.error("nextn", f"must be <= 64 draft tokens (got {kw['nextn']:,})")
-    if kw.get("cuda_graph_reserved_bytes", 0) > limits.LIMITS["bytes"].hi:
-        raise r.error("cuda_graph_reserved_bytes", limits.problem("bytes", kw["cuda_graph_reserved_bytes"]))
-    for k, lim in (("accepted_tokens", None), ("kv_transfer_gbps", None), ("tolerance_fraction", None)):  # the binding judges these
-        if k in d:
-            kw[k] = r.float(d[k], k, limit=lim)
-    if "accept_rates" in d:
-        rates = d["accept_rates"]
-        if not isinstance(rates, list):
-            raise r.error("accept_rates", f"expected an array of numbers, got {_type_name(rates)}")
-        kw["accept_rates"] = tuple(r.float(x, f"accept_rates[{i}]") for i, x in enumerate(rates))
-    if "kv_offload" in d:
-        kw["kv_offload"] = r.bool(d["kv_offload"], "kv_offload")
-    if "speculation" in d:
-        if not isinstance(d["speculation"], dict):
-            raise r.error("speculation", f"expected a table, got {_type_name(d['speculation'])}")
-        kw["speculation"] = dict(d["speculation"])
-    if "overrides" in d:
-        o = r.table(d["overrides"], "overrides", _OVERRIDE_KEYS)
-        okw: dict[str, Any] = {}
-        for k, v in o.items():
-            p = f"overrides.{k}"
-            okw[k] = r.bool(v, p) if k == "enable_eplb" else r.int(v, p) if k == "wideep_num_slots" else r.str(v, p)
-        kw["overrides"] = Overrides(**okw)
-    roles_raw = d.get("roles")
-    if roles_raw is None:
-        mode = kw.get("mode", "aggregated")
-        names = ("prefill", "decode") if mode == "disaggregated" else ("aggregated",)
+    doc = sc.Doc(source, BindingError)
+    kw = _CONFIG.read(doc, dict(obj))
+    if "roles" not in kw:
+        names = ("prefill", "decode") if kw.get("mode", "aggregated") == "disaggregated" else ("aggregated",)
         kw["roles"] = tuple(RoleConfig(name=n) for n in names)
-    else:
-        roles_tbl = r.table(roles_raw, "roles", set(ROLE_NAMES))
-        kw["roles"] = tuple(_role(r, n, roles_tbl[n]) for n in ROLE_NAMES if n in roles_tbl)
     gpus = sum(x.gpus * x.replicas for x in kw["roles"])
     if (msg := limits.problem("gpus", gpus)) is not None:
-        raise r.error("roles", f"the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) {msg} (docs/limits.md)")
-    return DeploymentConfig(**kw)
+        raise doc.error("roles", f"the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) {msg} (docs/limits.md)")
+    return DeploymentConfig(**kw, source=source, base_dir=None if base_dir is None else Path(base_dir))
 
 
 def parse_config_text(text: str, *, source: str = "<config>", base_dir: str | os.PathLike | None = None) -> DeploymentConfig:
