@@ -12,8 +12,9 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from jaxsim import schema as sc
 from jaxsim.errors import ProfileError, read_text
 
 MAX_BYTES = 2**53
@@ -45,107 +46,25 @@ SD_TIMING_SCOPE = "model_step_cuda"
 _MISSING = object()
 
 
-# ----------------------------------------------------------------------------------------------------
-# strict field readers
-
-
-class _Obj:
-    """A JSON object being parsed: tracks its field path and which keys were consumed."""
-
-    def __init__(self, value: Any, source: str, path: str, allowed: Iterable[str]):
-        self.source, self.path = source, path
-        if not isinstance(value, dict):
-            raise self.error("", f"expected an object, got {_type_name(value)}")
-        unknown = [k for k in value if k not in set(allowed)]
-        if unknown:
-            raise self.error(str(unknown[0]), "unknown field (extra inputs are not permitted)")
-        self.value = value
-
-    def sub(self, key: str | int) -> str:
-        """Field path of a child."""
-        if isinstance(key, int):
-            return f"{self.path}[{key}]"
-        return f"{self.path}.{key}" if self.path else key
-
-    def error(self, key: str | int, msg: str) -> ProfileError:
-        """A one-line error at this object's child ``key`` ("" = the object itself)."""
-        where = self.sub(key) if key != "" else self.path
-        return ProfileError(f"{self.source}: {where}: {msg}" if where else f"{self.source}: {msg}")
-
-    def get(self, key: str, default: Any = _MISSING) -> Any:
-        if key in self.value:
-            return self.value[key]
-        if default is _MISSING:
-            raise self.error(key, "field required")
-        return default
-
-    def int(self, key: str, *, lo: int, hi: int | None = None, default: Any = _MISSING) -> Any:
-        if key not in self.value and default is not _MISSING:
-            return default
-        v = self.get(key)
-        if not _is_int(v):
-            raise self.error(key, f"expected an integer, got {_type_name(v)}")
-        if v < lo or (hi is not None and v > hi):
-            rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise self.error(key, f"must be an integer {rng} (got {v})")
-        return v
-
-    def str(self, key: str, *, default: Any = _MISSING) -> Any:
-        if key not in self.value and default is not _MISSING:
-            return default
-        v = self.get(key)
-        if not isinstance(v, str):
-            raise self.error(key, f"expected a string, got {_type_name(v)}")
-        if not v.strip():
-            raise self.error(key, "must be a non-empty string")
-        return v
-
-    def literal(self, key: str, allowed: tuple, *, default: Any = _MISSING) -> Any:
-        if key not in self.value and default is not _MISSING:
-            return default
-        v = self.get(key)
-        for a in allowed:
-            if type(v) is type(a) and v == a:
-                return v
-        exp = " or ".join(repr(a) for a in allowed)
-        raise self.error(key, f"must be {exp} (got {v!r})")
-
-    def enum(self, key: str, members: tuple[str, ...]) -> str:
-        v = self.get(key)
-        if not isinstance(v, str):
-            raise self.error(key, f"expected a string, got {_type_name(v)}")
-        if v not in members:
-            raise self.error(key, f"unknown FPM {key} {v!r} (expected one of {', '.join(members)})")
-        return v
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _type_name(v: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(v), type(v).__name__
-    )
 
 
 def _has_control_chars(s: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in s)
 
 
-def _check_version_label(obj: _Obj, key: str, v: Any) -> str | None:
-    """backend_version: None (draft) or a literal, path-safe version label."""
-    if v is None:
-        return None
+def _version_label(doc: sc.Doc, v: Any, path: str) -> str:
+    """backend_version: a literal, path-safe version label (null, a draft, is allowed by the field)."""
     if not isinstance(v, str):
-        raise obj.error(key, f"expected a string or null, got {_type_name(v)}")
-    if (
-        not v
-        or v.lower() in UNSAFE_VERSION_LABELS
-        or any(c.isspace() or c in "/\\\0" for c in v)
-    ):
-        raise obj.error(key, f"must be a literal, path-safe version label (got {v!r})")
+        raise doc.error(path, f"expected a string or null, got {doc.got(v)}")
+    if not v or v.lower() in UNSAFE_VERSION_LABELS or any(c.isspace() or c in "/\\\0" for c in v):
+        raise doc.error(path, f"must be a literal, path-safe version label (got {v!r})")
     return v
+
+
+def _doc(source: str) -> sc.Doc:
+    return sc.Doc(source, ProfileError, json=True)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -163,15 +82,7 @@ class RuntimeMemory:
 
     @classmethod
     def _parse(cls, value: Any, source: str, path: str) -> RuntimeMemory:
-        o = _Obj(value, source, path, ("kv_cache_bytes", "gpu_memory_utilization", "max_model_len", "provenance"))
-        kv = o.int("kv_cache_bytes", lo=1, hi=MAX_BYTES)
-        gmu = o.get("gpu_memory_utilization")
-        if isinstance(gmu, bool) or not isinstance(gmu, (int, float)):
-            raise o.error("gpu_memory_utilization", f"expected a number, got {_type_name(gmu)}")
-        gmu = float(gmu)
-        if not (0.0 < gmu <= 1.0):
-            raise o.error("gpu_memory_utilization", f"must be in (0, 1] (got {gmu!r})")
-        return cls(kv, gmu, o.int("max_model_len", lo=1), o.str("provenance"))
+        return _RUNTIME_MEMORY.read(_doc(source), value, path)
 
     def to_dict(self) -> dict:
         return {
@@ -195,19 +106,7 @@ class CacheGroup:
 
     @classmethod
     def _parse(cls, value: Any, source: str, path: str) -> CacheGroup:
-        keys = ("name", "kind", "num_layers", "block_size_tokens", "page_size_bytes", "sliding_window")
-        o = _Obj(value, source, path, keys)
-        name = o.str("name")
-        kind = o.literal("kind", ("attention", "convolution"))
-        layers = o.int("num_layers", lo=1, hi=MAX_U32)
-        block = o.int("block_size_tokens", lo=1, hi=MAX_U32)
-        page = o.int("page_size_bytes", lo=1, hi=MAX_BYTES)
-        window = o.get("sliding_window", None)
-        if window is not None:
-            window = o.int("sliding_window", lo=1, hi=MAX_U32)
-        if kind == "convolution" and window is None:
-            raise o.error("sliding_window", "a convolution cache group requires sliding_window")
-        return cls(name, kind, layers, block, page, window)
+        return _CACHE_GROUP.read(_doc(source), value, path)
 
     def to_dict(self) -> dict:
         d = {
@@ -252,45 +151,7 @@ class Resources:
 
     @classmethod
     def _parse(cls, value: Any, source: str, path: str) -> Resources:
-        keys = (
-            "cache_layout", "max_num_tokens", "max_batch_size", "provenance", "runtime_memory",
-            "kv_bytes_per_token", "cache_groups", *DECLARED_BYTE_FIELDS,
-        )
-        o = _Obj(value, source, path, keys)
-        layout = o.literal("cache_layout", ("linear", "grouped"))
-        max_tokens = o.int("max_num_tokens", lo=1)
-        max_batch = o.int("max_batch_size", lo=1)
-        prov = o.str("provenance")
-        rm = o.get("runtime_memory", None)
-        rm = None if rm is None else RuntimeMemory._parse(rm, source, o.sub("runtime_memory"))
-        kvbpt = o.get("kv_bytes_per_token", None)
-        if kvbpt is not None:
-            kvbpt = o.int("kv_bytes_per_token", lo=1, hi=MAX_BYTES)
-        groups_raw = o.get("cache_groups", [])
-        if not isinstance(groups_raw, list):
-            raise o.error("cache_groups", f"expected an array, got {_type_name(groups_raw)}")
-        groups = tuple(
-            CacheGroup._parse(g, source, f"{o.sub('cache_groups')}[{i}]") for i, g in enumerate(groups_raw)
-        )
-        declared = {}
-        for f in DECLARED_BYTE_FIELDS:
-            v = o.get(f, None)
-            declared[f] = None if v is None else o.int(f, lo=0, hi=MAX_BYTES)
-        if sum(v for v in declared.values() if v is not None) > MAX_BYTES:
-            raise o.error("", "declared resource bytes must sum to <= 2**53")
-        if rm is not None and any(v is not None for v in declared.values()):
-            raise o.error("", "runtime_memory cannot be combined with declared non-KV resource bytes")
-        if layout == "linear" and (kvbpt is None or groups):
-            key = "kv_bytes_per_token" if kvbpt is None else "cache_groups"
-            raise o.error(key, "linear cache requires kv_bytes_per_token and no cache_groups")
-        if layout == "grouped" and (not groups or kvbpt is not None):
-            key = "cache_groups" if not groups else "kv_bytes_per_token"
-            raise o.error(key, "grouped cache requires cache_groups without a scalar kv_bytes_per_token")
-        names = [g.name for g in groups]
-        if len(set(names)) != len(names):
-            dup = next(n for n in names if names.count(n) > 1)
-            raise o.error("cache_groups", f"cache group names must be unique ({dup!r} repeats)")
-        return cls(layout, max_tokens, max_batch, prov, rm, kvbpt, groups, **declared)
+        return _RESOURCES.read(_doc(source), value, path)
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {
@@ -327,18 +188,7 @@ class ExecutionProfile:
 
     @classmethod
     def _parse(cls, value: Any, source: str, path: str) -> ExecutionProfile:
-        o = _Obj(value, source, path, cls.KEYS)
-        kind = o.literal("kind", ("speculative_round",))
-        method = o.literal("method", SPECULATIVE_METHODS)
-        k = o.int("num_draft_tokens", lo=1, hi=5)
-        draft = o.str("draft_model")
-        if draft != draft.strip() or _has_control_chars(draft):
-            raise o.error("draft_model", "draft_model must be nonblank, trimmed, and contain no control characters")
-        rev = o.get("draft_revision")
-        if not isinstance(rev, str) or not HEX40.fullmatch(rev):
-            raise o.error("draft_revision", "draft_revision must be a lowercase 40-hex immutable checkpoint revision")
-        scope = o.literal("timing_scope", (SD_TIMING_SCOPE,))
-        return cls(kind, method, k, draft, rev, scope)
+        return _EXECUTION_PROFILE.read(_doc(source), value, path)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.KEYS}
@@ -413,46 +263,7 @@ class Deployment:
 
     @classmethod
     def _parse(cls, value: Any, source: str, path: str) -> Deployment:
-        keys = (
-            "system", "backend", "backend_version", "tp", "dp", "moe_tp", "moe_ep", "pp", "cp",
-            "gemm_quant_mode", "moe_quant_mode", "fmha_quant_mode", "comm_quant_mode", "kv_cache_dtype",
-            "moe_backend", "attention_backend", "enable_wideep", "enable_eplb", "worker_type", "resources",
-            "execution_profile",
-        )
-        o = _Obj(value, source, path, keys)
-        kw: dict[str, Any] = {
-            "system": o.str("system"),
-            "backend": o.literal("backend", ("vllm",)),
-            "backend_version": _check_version_label(o, "backend_version", o.get("backend_version")),
-        }
-        for k in ("tp", "dp", "moe_tp", "moe_ep"):
-            kw[k] = o.int(k, lo=1)
-        kw["pp"] = o.literal("pp", (1,), default=1)
-        kw["cp"] = o.literal("cp", (1,), default=1)
-        kw["gemm_quant_mode"] = o.enum("gemm_quant_mode", GEMM_QUANT_MODES)
-        kw["moe_quant_mode"] = o.enum("moe_quant_mode", MOE_QUANT_MODES)
-        kw["fmha_quant_mode"] = o.enum("fmha_quant_mode", FMHA_QUANT_MODES)
-        kw["comm_quant_mode"] = o.enum("comm_quant_mode", COMM_QUANT_MODES)
-        kw["kv_cache_dtype"] = o.enum("kv_cache_dtype", KV_CACHE_DTYPES)
-        kw["moe_backend"] = o.str("moe_backend", default="auto")
-        kw["attention_backend"] = o.str("attention_backend", default="auto")
-        kw["enable_wideep"] = o.literal("enable_wideep", (False,), default=False)
-        kw["enable_eplb"] = o.literal("enable_eplb", (False,), default=False)
-        wt = o.get("worker_type", None)
-        kw["worker_type"] = None if wt is None else o.literal("worker_type", WORKER_TYPES)
-        kw["resources"] = Resources._parse(o.get("resources"), source, o.sub("resources"))
-        ep = o.get("execution_profile", None)
-        kw["execution_profile"] = None if ep is None else ExecutionProfile._parse(ep, source, o.sub("execution_profile"))
-        dep = cls(**kw)
-        if dep.execution_profile is not None:
-            if dep.dp != 1 or dep.pp != 1 or dep.cp != 1 or dep.moe_ep != 1 or dep.moe_tp not in (1, dep.tp):
-                raise o.error("", "speculative-round FPM identity currently requires vLLM pure TP with DP1/PP1/CP1")
-            res = dep.resources
-            if res.runtime_memory is None or res.cache_layout != "linear":
-                raise o.error(
-                    "resources", "speculative-round FPM resources require observed runtime memory and a linear cache"
-                )
-        return dep
+        return _DEPLOYMENT.read(_doc(source), value, path)
 
     def to_dict(self) -> dict:
         d: dict[str, Any] = {
@@ -535,50 +346,7 @@ class ModelProfile:
     @classmethod
     def from_dict(cls, obj: Any, source: str = "profile.json") -> ModelProfile:
         """Parse and validate a profile object; raises ProfileError naming ``source`` and the field path."""
-        o = _Obj(obj, source, "", cls.KEYS)
-        schema = o.literal("schema_version", (1,))
-        model = o.str("model")
-        rev = o.str("model_revision")
-        if rev.strip().lower() in MUTABLE_REFS:
-            raise o.error("model_revision", f"provide a pinned model_revision, not the mutable reference {rev!r}")
-        arch = o.str("architecture")
-        ctx = o.int("context_length", lo=1)
-        experts = o.int("num_experts", lo=0)
-        data_source = o.get("data_source", None)
-        if data_source is not None:
-            data_source = o.literal("data_source", DATA_SOURCES)
-        prov = o.str("provenance")
-        raw = o.get("deployments")
-        if not isinstance(raw, list):
-            raise o.error("deployments", f"expected an array, got {_type_name(raw)}")
-        if not raw:
-            raise o.error("deployments", "at least one deployment is required")
-        deps = tuple(Deployment._parse(d, source, f"deployments[{i}]") for i, d in enumerate(raw))
-        for i, d in enumerate(deps):
-            where = f"deployments[{i}]"
-            if not _topology_ok(d, experts):
-                raise o.error(where, "FPM profile requires dense TP or an MoE TP, DEP, or TEP topology with matching world sizes")
-            if d.moe_ep > 1 and (experts == 0 or experts % d.moe_ep):
-                raise o.error(f"{where}.moe_ep", f"moe_ep={d.moe_ep} requires num_experts > 0 divisible by it (num_experts={experts})")
-        if any(d.execution_profile is not None for d in deps) and not HEX40.fullmatch(rev):
-            raise o.error(
-                "model_revision",
-                "model_revision must be a lowercase 40-hex immutable checkpoint revision when a deployment has an execution_profile",
-            )
-        seen: dict[tuple, list[tuple[int, str | None]]] = {}
-        for i, d in enumerate(deps):
-            key = (d.system, d.backend, d.backend_version, d.parallel_tuple)
-            prior = seen.setdefault(key, [])
-            for j, role in prior:
-                if role == d.worker_type:
-                    raise o.error(f"deployments[{i}]", f"duplicate FPM deployment identity (same as deployments[{j}])")
-                if role is None or d.worker_type is None:
-                    raise o.error(
-                        f"deployments[{i}]",
-                        f"ambiguous FPM deployment identity: role-less and role-specific entries (deployments[{j}]) share one key",
-                    )
-            prior.append((i, d.worker_type))
-        return cls(schema, model, rev, arch, ctx, experts, prov, deps, data_source)
+        return _MODEL_PROFILE.read(_doc(source), obj, "")
 
     def to_dict(self) -> dict:
         """JSON object in the golden files' key order (defaulted fields omitted)."""
@@ -641,6 +409,170 @@ class ModelProfile:
             f"dp={want[2]} moe_tp={want[3]} moe_ep={want[4]} cp={want[5]} worker_type={worker_type} "
             f"in model {self.model!r} (have: {have})"
         )
+
+
+# ----------------------------------------------------------------------------------------------------
+# schema (jaxsim.schema): field declarations, then the cross-field rules of each object
+
+
+def _F(t: sc.Type, *, required: bool = True, default: Any = sc.MISSING, nullable: bool = False) -> sc.Field:
+    return sc.Field(t, required=required and default is sc.MISSING and not nullable, default=default, nullable=nullable)
+
+
+def _opt(t: sc.Type) -> sc.Field:
+    """Optional; an explicit null means absent."""
+    return sc.Field(t, default=None, nullable=True)
+
+
+def _enum(key: str, members: tuple[str, ...]) -> sc.Field:
+    return _F(sc.Literal(members, strings=True,
+                         message=lambda v: f"unknown FPM {key} {v!r} (expected one of {', '.join(members)})"))
+
+
+def _make_resources(doc: sc.Doc, path: str, d: dict) -> Resources:
+    rm, kvbpt, groups = d["runtime_memory"], d["kv_bytes_per_token"], d["cache_groups"]
+    declared = {f: d[f] for f in DECLARED_BYTE_FIELDS}
+    if sum(v for v in declared.values() if v is not None) > MAX_BYTES:
+        raise doc.error(path, "declared resource bytes must sum to <= 2**53")
+    if rm is not None and any(v is not None for v in declared.values()):
+        raise doc.error(path, "runtime_memory cannot be combined with declared non-KV resource bytes")
+    if d["cache_layout"] == "linear" and (kvbpt is None or groups):
+        key = "kv_bytes_per_token" if kvbpt is None else "cache_groups"
+        raise doc.error(sc.sub(path, key), "linear cache requires kv_bytes_per_token and no cache_groups")
+    if d["cache_layout"] == "grouped" and (not groups or kvbpt is not None):
+        key = "cache_groups" if not groups else "kv_bytes_per_token"
+        raise doc.error(sc.sub(path, key), "grouped cache requires cache_groups without a scalar kv_bytes_per_token")
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise doc.error(sc.sub(path, "cache_groups"), f"cache group names must be unique ({dup!r} repeats)")
+    return Resources(**d)
+
+
+def _make_cache_group(doc: sc.Doc, path: str, d: dict) -> CacheGroup:
+    if d["kind"] == "convolution" and d["sliding_window"] is None:
+        raise doc.error(sc.sub(path, "sliding_window"), "a convolution cache group requires sliding_window")
+    return CacheGroup(**d)
+
+
+def _draft_revision(doc: sc.Doc, v: Any, path: str) -> str:
+    if not isinstance(v, str) or not HEX40.fullmatch(v):
+        raise doc.error(path, "draft_revision must be a lowercase 40-hex immutable checkpoint revision")
+    return v
+
+
+def _make_deployment(doc: sc.Doc, path: str, d: dict) -> Deployment:
+    dep = Deployment(**d)
+    if dep.execution_profile is not None:
+        if dep.dp != 1 or dep.pp != 1 or dep.cp != 1 or dep.moe_ep != 1 or dep.moe_tp not in (1, dep.tp):
+            raise doc.error(path, "speculative-round FPM identity currently requires vLLM pure TP with DP1/PP1/CP1")
+        res = dep.resources
+        if res.runtime_memory is None or res.cache_layout != "linear":
+            raise doc.error(sc.sub(path, "resources"),
+                            "speculative-round FPM resources require observed runtime memory and a linear cache")
+    return dep
+
+
+def _pinned_revision(rev: str) -> str | None:
+    if rev.strip().lower() in MUTABLE_REFS:
+        return f"provide a pinned model_revision, not the mutable reference {rev!r}"
+    return None
+
+
+def _make_model_profile(doc: sc.Doc, path: str, d: dict) -> ModelProfile:
+    deps, experts, rev = d["deployments"], d["num_experts"], d["model_revision"]
+    for i, dep in enumerate(deps):
+        where = f"deployments[{i}]"
+        if not _topology_ok(dep, experts):
+            raise doc.error(where, "FPM profile requires dense TP or an MoE TP, DEP, or TEP topology with matching world sizes")
+        if dep.moe_ep > 1 and (experts == 0 or experts % dep.moe_ep):
+            raise doc.error(f"{where}.moe_ep", f"moe_ep={dep.moe_ep} requires num_experts > 0 divisible by it (num_experts={experts})")
+    if any(dep.execution_profile is not None for dep in deps) and not HEX40.fullmatch(rev):
+        raise doc.error(
+            "model_revision",
+            "model_revision must be a lowercase 40-hex immutable checkpoint revision when a deployment has an execution_profile",
+        )
+    seen: dict[tuple, list[tuple[int, str | None]]] = {}
+    for i, dep in enumerate(deps):
+        key = (dep.system, dep.backend, dep.backend_version, dep.parallel_tuple)
+        prior = seen.setdefault(key, [])
+        for j, role in prior:
+            if role == dep.worker_type:
+                raise doc.error(f"deployments[{i}]", f"duplicate FPM deployment identity (same as deployments[{j}])")
+            if role is None or dep.worker_type is None:
+                raise doc.error(
+                    f"deployments[{i}]",
+                    f"ambiguous FPM deployment identity: role-less and role-specific entries (deployments[{j}]) share one key",
+                )
+        prior.append((i, dep.worker_type))
+    return ModelProfile(**d)
+
+
+_U32 = sc.Int(lo=1, hi=MAX_U32)
+_RUNTIME_MEMORY = sc.Table({
+    "kv_cache_bytes": _F(sc.Int(lo=1, hi=MAX_BYTES)),
+    "gpu_memory_utilization": _F(sc.Num(gt=0.0, le=1.0)),
+    "max_model_len": _F(sc.Int(lo=1)),
+    "provenance": _F(sc.Str()),
+}, lambda doc, path, d: RuntimeMemory(**d))
+_CACHE_GROUP = sc.Table({
+    "name": _F(sc.Str()),
+    "kind": _F(sc.Literal(("attention", "convolution"))),
+    "num_layers": _F(_U32),
+    "block_size_tokens": _F(_U32),
+    "page_size_bytes": _F(sc.Int(lo=1, hi=MAX_BYTES)),
+    "sliding_window": _opt(_U32),
+}, _make_cache_group)
+_RESOURCES = sc.Table({
+    "cache_layout": _F(sc.Literal(("linear", "grouped"))),
+    "max_num_tokens": _F(sc.Int(lo=1)),
+    "max_batch_size": _F(sc.Int(lo=1)),
+    "provenance": _F(sc.Str()),
+    "runtime_memory": _opt(_RUNTIME_MEMORY),
+    "kv_bytes_per_token": _opt(sc.Int(lo=1, hi=MAX_BYTES)),
+    "cache_groups": _F(sc.Array(_CACHE_GROUP), default=()),
+    **{f: _opt(sc.Int(lo=0, hi=MAX_BYTES)) for f in DECLARED_BYTE_FIELDS},
+}, _make_resources)
+_EXECUTION_PROFILE = sc.Table({
+    "kind": _F(sc.Literal(("speculative_round",))),
+    "method": _F(sc.Literal(SPECULATIVE_METHODS)),
+    "num_draft_tokens": _F(sc.Int(lo=1, hi=5)),
+    "draft_model": _F(sc.Str(check=lambda v: None if v == v.strip() and not _has_control_chars(v) else
+                             "draft_model must be nonblank, trimmed, and contain no control characters")),
+    "draft_revision": _F(sc.Custom(_draft_revision)),
+    "timing_scope": _F(sc.Literal((SD_TIMING_SCOPE,))),
+}, lambda doc, path, d: ExecutionProfile(**d))
+_DEPLOYMENT = sc.Table({
+    "system": _F(sc.Str()),
+    "backend": _F(sc.Literal(("vllm",))),
+    "backend_version": sc.Field(sc.Custom(_version_label), required=True, nullable=True),
+    "tp": _F(sc.Int(lo=1)), "dp": _F(sc.Int(lo=1)), "moe_tp": _F(sc.Int(lo=1)), "moe_ep": _F(sc.Int(lo=1)),
+    "pp": _F(sc.Literal((1,)), default=1),
+    "cp": _F(sc.Literal((1,)), default=1),
+    "gemm_quant_mode": _enum("gemm_quant_mode", GEMM_QUANT_MODES),
+    "moe_quant_mode": _enum("moe_quant_mode", MOE_QUANT_MODES),
+    "fmha_quant_mode": _enum("fmha_quant_mode", FMHA_QUANT_MODES),
+    "comm_quant_mode": _enum("comm_quant_mode", COMM_QUANT_MODES),
+    "kv_cache_dtype": _enum("kv_cache_dtype", KV_CACHE_DTYPES),
+    "moe_backend": _F(sc.Str(), default="auto"),
+    "attention_backend": _F(sc.Str(), default="auto"),
+    "enable_wideep": _F(sc.Literal((False,)), default=False),
+    "enable_eplb": _F(sc.Literal((False,)), default=False),
+    "worker_type": _opt(sc.Literal(WORKER_TYPES)),
+    "resources": _F(_RESOURCES),
+    "execution_profile": _opt(_EXECUTION_PROFILE),
+}, _make_deployment)
+_MODEL_PROFILE = sc.Table({
+    "schema_version": _F(sc.Literal((1,))),
+    "model": _F(sc.Str()),
+    "model_revision": _F(sc.Str(check=_pinned_revision)),
+    "architecture": _F(sc.Str()),
+    "context_length": _F(sc.Int(lo=1)),
+    "num_experts": _F(sc.Int(lo=0)),
+    "data_source": _opt(sc.Literal(DATA_SOURCES)),
+    "provenance": _F(sc.Str()),
+    "deployments": _F(sc.Array(_DEPLOYMENT, min_len=1, empty="at least one deployment is required")),
+}, _make_model_profile)
 
 
 # ----------------------------------------------------------------------------------------------------
