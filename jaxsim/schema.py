@@ -48,10 +48,11 @@ class Doc:
 
     ``json=True`` speaks JSON's words ("object", "field"; pydantic's "field required" and "extra inputs
     are not permitted", as the reference's profile models say); otherwise TOML's ("table", "key").
+    ``context`` carries what custom readers need (e.g. the folder relative paths resolve against).
     """
 
-    def __init__(self, source: str, error: type[JaxsimError], *, json: bool = False):
-        self.source, self.error_cls, self.json = source, error, json
+    def __init__(self, source: str, error: type[JaxsimError], *, json: bool = False, **context: Any):
+        self.source, self.error_cls, self.json, self.context = source, error, json, context
 
     def error(self, path: str, msg: str) -> JaxsimError:
         return self.error_cls(f"{self.source}: {path}: {msg}" if path else f"{self.source}: {msg}")

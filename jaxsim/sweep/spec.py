@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import tomllib
 from collections import OrderedDict
@@ -28,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim import binding as bd
-from jaxsim import limits
+from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
 from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
@@ -158,116 +157,68 @@ class SweepSpec:
 # parsing
 
 
-class _R:
-    def __init__(self, source: str):
-        self.source = source
-
-    def err(self, path: str, msg: str) -> SpecError:
-        return SpecError(f"{self.source}: {path}: {msg}" if path else f"{self.source}: {msg}")
-
-    def table(self, v: Any, path: str, allowed: tuple[str, ...]) -> dict:
-        if not isinstance(v, dict):
-            raise self.err(path, f"expected a table, got {type(v).__name__}")
-        for k in v:
-            if k not in allowed:
-                raise self.err(f"{path}.{k}" if path else k, f"unknown key (allowed: {', '.join(allowed)})")
-        return v
-
-    def ints(self, v: Any, path: str, lo: int = 1, allow: tuple[str, ...] = (), limit: str | None = None) -> tuple:
-        items = v if isinstance(v, list) else [v]
-        if not items:
-            raise self.err(path, "must not be empty")
-        out = []
-        for i, x in enumerate(items):
-            where = f"{path}[{i}]" if isinstance(v, list) else path
-            if isinstance(x, str) and x in allow:
-                out.append(x)
-            elif isinstance(x, bool) or not isinstance(x, int):
-                extra = f" or {' / '.join(repr(a) for a in allow)}" if allow else ""
-                raise self.err(where, f"expected an integer{extra}, got {x!r}")
-            elif x < lo:
-                raise self.err(where, f"must be >= {lo} (got {x})")
-            elif limit is not None and (msg := limits.problem(limit, x)) is not None:
-                raise self.err(where, msg + " (docs/limits.md)")
-            else:
-                out.append(x)
-        return tuple(dict.fromkeys(out))
-
-    def num(self, v: Any, path: str, lo: float = 0.0, strict: bool = False) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise self.err(path, f"expected a finite number, got {v!r}")
-        if v < lo or (strict and v == lo):
-            raise self.err(path, f"must be {'>' if strict else '>='} {lo} (got {v})")
-        return float(v)
-
-    def str(self, v: Any, path: str) -> str:
-        if not isinstance(v, str) or not v.strip():
-            raise self.err(path, f"expected a non-empty string, got {v!r}")
-        return v
-
-
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def _acceptance(r: _R, v: Any, path: str) -> Acceptance:
+_RATE = sc.Num(finite=True, ge=0.0, le=1.0)
+_ACCEPT_KEYS = sc.Table({k: sc.Field(sc.Custom(lambda doc, v, path: v)) for k in ("preset", "accepted_tokens", "rates")})
+
+
+def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
+    """A preset name, a mean accepted-token count or a list of per-position rates (bare or as a one-key table)."""
     if isinstance(v, dict):
-        r.table(v, path, ("preset", "accepted_tokens", "rates"))
+        _ACCEPT_KEYS.read(doc, v, path)
         if len(v) != 1:
-            raise r.err(path, "give exactly one of preset, accepted_tokens, rates")
+            raise doc.error(path, "give exactly one of preset, accepted_tokens, rates")
         (k, x), = v.items()
-        v = {"preset": x, "accepted_tokens": float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else x, "rates": x}[k]
-        if k == "accepted_tokens" and not isinstance(v, float):
-            raise r.err(f"{path}.accepted_tokens", f"expected a number, got {x!r}")
+        if k == "accepted_tokens":
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise doc.error(sc.sub(path, k), f"expected a number, got {doc.got(x)}")
+            x = float(x)
+        v = x
     if isinstance(v, str):
         from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
 
         try:
-            get_preset(r.str(v, path))
+            get_preset(sc.Str().read(doc, v, path))
         except JaxsimError as e:
-            raise r.err(path, str(e)) from None
+            if isinstance(e, SpecError):
+                raise
+            raise doc.error(path, str(e)) from None
         return Acceptance("preset", v, f"preset:{v}")
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        a = r.num(v, path)
+        a = sc.Num(finite=True, ge=0.0).read(doc, v, path)
         return Acceptance("accepted", a, f"accepted={_fmt(a)}")
     if isinstance(v, list):
-        rates = []
-        for i, x in enumerate(v):
-            p = r.num(x, f"{path}[{i}]")
-            if p > 1.0:
-                raise r.err(f"{path}[{i}]", f"an acceptance rate must be in [0, 1] (got {p})")
-            rates.append(p)
-        if not 1 <= len(rates) <= acc.MAX_DRAFT_TOKENS:
-            raise r.err(path, f"give 1..{acc.MAX_DRAFT_TOKENS} per-position conditional rates")
-        return Acceptance("rates", tuple(rates), "rates=" + "/".join(_fmt(p) for p in rates))
-    raise r.err(path, f"expected a preset name, a mean accepted-token count or a list of rates, got {v!r}")
+        rates = sc.Array(_RATE, min_len=1, max_len=acc.MAX_DRAFT_TOKENS,
+                         empty=f"give 1..{acc.MAX_DRAFT_TOKENS} per-position conditional rates").read(doc, v, path)
+        return Acceptance("rates", rates, "rates=" + "/".join(_fmt(p) for p in rates))
+    raise doc.error(path, f"expected a preset name, a mean accepted-token count or a list of rates, got {doc.got(v)}")
 
 
-def _ratio(r: _R, v: Any, path: str) -> tuple[int, int]:
+def _ratio(doc: sc.Doc, v: Any, path: str) -> tuple[int, int]:
     if isinstance(v, str) and v.count(":") == 1:
         a, b = v.split(":")
         if a.strip().isdigit() and b.strip().isdigit() and 1 <= int(a) <= 1024 and 1 <= int(b) <= 1024:
             return int(a), int(b)
     if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
-    raise r.err(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
+    raise doc.error(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
 
 
-def _trace_workload(r: _R, d: dict, path: str, base_dir: Path | None) -> tuple[list, list, list]:
+def _trace_workload(doc: sc.Doc, d: dict, path: str) -> tuple[list, list, list]:
     from jaxsim.replay.traces import list_traces, load_trace  # noqa: PLC0415
 
-    ref = r.str(d["trace"], f"{path}.trace")
-    bins = d.get("bins", 3)
-    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 8:
-        raise r.err(f"{path}.bins", f"expected an integer in 1..8 (quantile bins per axis), got {bins!r}")
+    ref, base_dir = d["trace"], doc.context.get("base_dir")
     p = Path(ref).expanduser()
     if ref not in list_traces() and not p.is_absolute() and base_dir is not None and (base_dir / p).is_file():
         ref = str(base_dir / p)
     try:
         tr = load_trace(ref)
     except JaxsimError as e:
-        raise r.err(f"{path}.trace", str(e)) from None
-    return trace_classes(tr.input_tokens, tr.output_tokens, bins)
+        raise doc.error(f"{path}.trace", str(e)) from None
+    return trace_classes(tr.input_tokens, tr.output_tokens, d["bins"])
 
 
 def trace_classes(isl: np.ndarray, osl: np.ndarray, bins: int) -> tuple[list, list, list]:
@@ -289,133 +240,104 @@ def trace_classes(isl: np.ndarray, osl: np.ndarray, bins: int) -> tuple[list, li
     return out_i, out_o, out_w
 
 
-def _workloads(r: _R, raw: Any, base_dir: Path | None) -> tuple[Workload, ...]:
-    if not isinstance(raw, list) or not raw:
-        raise r.err("workload", "give at least one [[workload]] table")
-    out: list[Workload] = []
-    for i, v in enumerate(raw):
-        path = f"workload[{i}]"
-        d = r.table(v, path, ("name", "isl", "osl", "requests", "trace", "bins"))
-        kinds = [k for k in ("isl", "requests", "trace") if k in d]
-        if len(kinds) != 1 or (("isl" in d) != ("osl" in d)):
-            raise r.err(path, "give isl + osl, or requests = [[isl, osl, weight], ...], or trace = NAME|PATH")
-        name = r.str(d.get("name", f"workload{i}"), f"{path}.name")
-        if "isl" in d:
-            isls = r.ints(d["isl"], f"{path}.isl", limit="tokens")
-            osls = r.ints(d["osl"], f"{path}.osl", limit="tokens")
-            for a in isls:
-                for b in osls:
-                    nm = name if len(isls) == len(osls) == 1 else f"{name}-{a}x{b}"
-                    out.append(Workload(nm, (a,), (b,), (1.0,)))
-            continue
-        if "requests" in d:
-            reqs = d["requests"]
-            if not isinstance(reqs, list) or not reqs:
-                raise r.err(f"{path}.requests", "expected a non-empty array of [isl, osl, weight]")
-            isl, osl, w = [], [], []
-            for j, row in enumerate(reqs):
-                where = f"{path}.requests[{j}]"
-                if not isinstance(row, list) or len(row) != 3:
-                    raise r.err(where, f"expected [isl, osl, weight], got {row!r}")
-                isl.append(r.ints(row[0], f"{where}[0]", limit="tokens")[0])
-                osl.append(r.ints(row[1], f"{where}[1]", limit="tokens")[0])
-                w.append(r.num(row[2], f"{where}[2]", strict=True))
-        else:
-            isl, osl, w = _trace_workload(r, d, path, base_dir)
-        if len(isl) > MAX_WORKLOAD_CLASSES:
-            raise r.err(path, f"at most {MAX_WORKLOAD_CLASSES} request classes (got {len(isl)})")
-        out.append(Workload(name, tuple(isl), tuple(osl), tuple(w)))
-    names = [w.name for w in out]
+def _request_class(doc: sc.Doc, row: Any, path: str) -> tuple[int, int, float]:
+    if not isinstance(row, list) or len(row) != 3:
+        raise doc.error(path, f"expected [isl, osl, weight], got {row!r}")
+    return (_TOKENS.read(doc, row[0], f"{path}[0]"), _TOKENS.read(doc, row[1], f"{path}[1]"),
+            sc.Num(finite=True, gt=0.0).read(doc, row[2], f"{path}[2]"))
+
+
+def _workload(doc: sc.Doc, path: str, d: dict) -> list[Workload]:
+    """One [[workload]] table → its workloads (fixed isl x osl give one per pair)."""
+    kinds = [k for k in ("isl", "requests", "trace") if k in d]
+    if len(kinds) != 1 or (("isl" in d) != ("osl" in d)):
+        raise doc.error(path, "give isl + osl, or requests = [[isl, osl, weight], ...], or trace = NAME|PATH")
+    name = d.get("name", f"workload{path[len('workload['):-1]}")
+    if "isl" in d:
+        isls, osls = d["isl"], d["osl"]
+        return [Workload(name if len(isls) == len(osls) == 1 else f"{name}-{a}x{b}", (a,), (b,), (1.0,)) for a in isls for b in osls]
+    if "requests" in d:
+        isl, osl, w = (list(c) for c in zip(*d["requests"]))
+    else:
+        isl, osl, w = _trace_workload(doc, d, path)
+    if len(isl) > MAX_WORKLOAD_CLASSES:
+        raise doc.error(path, f"at most {MAX_WORKLOAD_CLASSES} request classes (got {len(isl)})")
+    return [Workload(name, tuple(isl), tuple(osl), tuple(w))]
+
+
+def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
+    workloads = tuple(w for ws in d["workload"] for w in ws)
+    names = [w.name for w in workloads]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
-        raise r.err("workload", f"workload names must be unique ({dup!r} repeats)")
-    return tuple(out)
+        raise doc.error("workload", f"workload names must be unique ({dup!r} repeats)")
+    serving, spec, sch = d["serving"], d["speculation"], d["scheduler"]
+    recorded = lambda axis: tuple(None if x == RECORDED else x for x in axis)  # noqa: E731
+    return SweepSpec(
+        name=d.get("name", Path(doc.source).stem),
+        profiles=d["profile"],
+        modes=serving.get("mode", ("aggregated",)),
+        ratios=tuple(dict.fromkeys(serving.get("ratios", ((1, 1),)))),
+        nextn=spec.get("nextn", (PROFILE_NEXTN,)),
+        acceptance=tuple(dict.fromkeys(spec.get("acceptance", ()))),
+        concurrency=sch["concurrency"],
+        max_num_seqs=recorded(sch.get("max_num_seqs", (RECORDED,))),
+        max_num_batched_tokens=recorded(sch.get("max_num_batched_tokens", (RECORDED,))),
+        workloads=workloads,
+        sla=SlaSpec(**d.get("sla", {})),
+        gpu_budget=d.get("gpu_budget"),
+        block_size=d.get("block_size", DEFAULT_BLOCK_SIZE),
+        kv_transfer_gbps=d.get("kv_transfer_gbps"),
+        source=doc.source,
+        base_dir=doc.context.get("base_dir"),
+    )
 
 
-_TOP = ("name", "block_size", "gpu_budget", "kv_transfer_gbps", "profile", "serving", "speculation", "scheduler", "workload", "sla")
+_TOKENS = sc.Int(lo=1, limit="tokens")
+_SLA_MS = sc.Field(sc.Num(finite=True, gt=0.0, limit="ms"))
+_SPEC = sc.Table({
+    "name": sc.Field(sc.Str()),
+    "block_size": sc.Field(sc.Int(lo=1, limit="block_size")),
+    "gpu_budget": sc.Field(sc.Int(lo=1, limit="gpus")),
+    "kv_transfer_gbps": sc.Field(sc.Num(finite=True, gt=0.0, limit="gbps")),
+    "profile": sc.Field(sc.Array(sc.Table({
+        "name": sc.Field(sc.Str(), required="required (a bundled profile name or a profile directory)"),
+        "tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
+        "label": sc.Field(sc.Str()),
+    }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]))),
+        min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
+        required="give at least one [[profile]] table (name = bundled name or directory)"),
+    "serving": sc.Field(sc.Table({
+        "mode": sc.Field(sc.Axis(sc.Literal(MODES))),
+        "ratios": sc.Field(sc.Array(sc.Custom(_ratio), min_len=1, empty="expected a non-empty array of 'x:y'")),
+    }), default={}),
+    "speculation": sc.Field(sc.Table({
+        "nextn": sc.Field(sc.Axis(sc.Int(lo=0, hi=acc.MAX_DRAFT_TOKENS, also=(PROFILE_NEXTN,)))),
+        "acceptance": sc.Field(sc.Array(sc.Custom(_acceptance))),
+    }), default={}),
+    "scheduler": sc.Field(sc.Table({
+        "concurrency": sc.Field(sc.Axis(sc.Int(lo=1, limit="max_num_seqs")),
+                                required="required: target concurrency per (decode) worker, e.g. [1, 8, 32]"),
+        "max_num_seqs": sc.Field(sc.Axis(sc.Int(lo=1, limit="max_num_seqs", also=(RECORDED,)))),
+        "max_num_batched_tokens": sc.Field(sc.Axis(sc.Int(lo=1, limit="tokens", also=(RECORDED,)))),
+    }), required="required: target concurrency per (decode) worker, e.g. [1, 8, 32]"),
+    "workload": sc.Field(sc.Array(sc.Table({
+        "name": sc.Field(sc.Str()),
+        "isl": sc.Field(sc.Axis(_TOKENS)),
+        "osl": sc.Field(sc.Axis(_TOKENS)),
+        "requests": sc.Field(sc.Array(sc.Custom(_request_class), min_len=1, empty="expected a non-empty array of [isl, osl, weight]")),
+        "trace": sc.Field(sc.Str()),
+        "bins": sc.Field(sc.Int(lo=1, hi=8), default=3),
+    }, _workload), min_len=1, empty="give at least one [[workload]] table"), required="give at least one [[workload]] table"),
+    "sla": sc.Field(sc.Table({k: sc.Field(sc.Num(finite=True, ge=0.0)) if k == "min_tokens_per_s_per_user" else _SLA_MS
+                              for k in SlaSpec.__dataclass_fields__})),
+}, _make_spec)
 
 
 def spec_from_dict(obj: Mapping[str, Any], *, source: str = "<spec>", base_dir: str | os.PathLike | None = None) -> SweepSpec:
     """Build a spec from parsed TOML; one-line :class:`SpecError` naming the key on any mistake."""
-    r = _R(source)
-    d = r.table(dict(obj), "", _TOP)
-    base = None if base_dir is None else Path(base_dir)
-    raw_prof = d.get("profile")
-    if not isinstance(raw_prof, list) or not raw_prof:
-        raise r.err("profile", "give at least one [[profile]] table (name = bundled name or directory)")
-    profiles = []
-    for i, v in enumerate(raw_prof):
-        p = r.table(v, f"profile[{i}]", ("name", "tp", "label"))
-        if "name" not in p:
-            raise r.err(f"profile[{i}].name", "required (a bundled profile name or a profile directory)")
-        ref = r.str(p["name"], f"profile[{i}].name")
-        tp = r.ints(p["tp"], f"profile[{i}].tp", limit="parallel") if "tp" in p else None
-        profiles.append(ProfileAxis(ref, tp, r.str(p.get("label", Path(ref).name or ref), f"profile[{i}].label")))
-    serving = r.table(d.get("serving", {}), "serving", ("mode", "ratios"))
-    modes = serving.get("mode", ["aggregated"])
-    modes = modes if isinstance(modes, list) else [modes]
-    for i, m in enumerate(modes):
-        if not isinstance(m, str) or m not in MODES:
-            raise r.err(f"serving.mode[{i}]", f"must be 'aggregated' or 'disaggregated' (got {m!r})")
-    if not modes:
-        raise r.err("serving.mode", "must not be empty")
-    modes = tuple(dict.fromkeys(modes))
-    ratios_raw = serving.get("ratios", ["1:1"])
-    if not isinstance(ratios_raw, list) or not ratios_raw:
-        raise r.err("serving.ratios", "expected a non-empty array of 'x:y'")
-    ratios = tuple(dict.fromkeys(_ratio(r, v, f"serving.ratios[{i}]") for i, v in enumerate(ratios_raw)))
-    spec_raw = r.table(d.get("speculation", {}), "speculation", ("nextn", "acceptance"))
-    nextn = r.ints(spec_raw.get("nextn", [PROFILE_NEXTN]), "speculation.nextn", lo=0, allow=(PROFILE_NEXTN,))
-    for i, k in enumerate(nextn):
-        if k != PROFILE_NEXTN and k > acc.MAX_DRAFT_TOKENS:
-            raise r.err(f"speculation.nextn[{i}]", f"must be in 0..{acc.MAX_DRAFT_TOKENS} (got {k})")
-    acc_raw = spec_raw.get("acceptance", [])
-    if not isinstance(acc_raw, list):
-        raise r.err("speculation.acceptance", "expected an array (preset names, mean accepted tokens, rate lists)")
-    acceptance = tuple(dict.fromkeys(_acceptance(r, v, f"speculation.acceptance[{i}]") for i, v in enumerate(acc_raw)))
-    sch = r.table(d.get("scheduler", {}), "scheduler", ("concurrency", "max_num_seqs", "max_num_batched_tokens"))
-    if "concurrency" not in sch:
-        raise r.err("scheduler.concurrency", "required: target concurrency per (decode) worker, e.g. [1, 8, 32]")
-    conc = r.ints(sch["concurrency"], "scheduler.concurrency", limit="max_num_seqs")
-    mns = tuple(None if x == RECORDED else x for x in r.ints(sch.get("max_num_seqs", [RECORDED]), "scheduler.max_num_seqs",
-                                                                allow=(RECORDED,), limit="max_num_seqs"))
-    mbt = tuple(
-        None if x == RECORDED else x
-        for x in r.ints(sch.get("max_num_batched_tokens", [RECORDED]), "scheduler.max_num_batched_tokens", allow=(RECORDED,),
-                        limit="tokens")
-    )
-    sla_raw = r.table(d.get("sla", {}), "sla", tuple(SlaSpec.__dataclass_fields__))
-    sla = SlaSpec(**{k: r.num(v, f"sla.{k}", strict=k != "min_tokens_per_s_per_user") for k, v in sla_raw.items()})
-    for k, v in sla.limits().items():
-        if k.endswith("_ms") and (msg := limits.problem("ms", v)) is not None:
-            raise r.err(f"sla.{k}", msg + " (docs/limits.md)")
-    budget = d.get("gpu_budget")
-    if budget is not None:
-        budget = r.ints(budget, "gpu_budget", limit="gpus")[0]
-    block = r.ints(d.get("block_size", DEFAULT_BLOCK_SIZE), "block_size", limit="block_size")[0]
-    link = d.get("kv_transfer_gbps")
-    if link is not None:
-        link = r.num(link, "kv_transfer_gbps", strict=True)
-        if (msg := limits.problem("gbps", link)) is not None:
-            raise r.err("kv_transfer_gbps", msg)
-    return SweepSpec(
-        name=r.str(d.get("name", Path(source).stem), "name"),
-        profiles=tuple(profiles),
-        modes=modes,
-        ratios=ratios,
-        nextn=nextn,
-        acceptance=acceptance,
-        concurrency=conc,
-        max_num_seqs=mns,
-        max_num_batched_tokens=mbt,
-        workloads=_workloads(r, d.get("workload"), base),
-        sla=sla,
-        gpu_budget=budget,
-        block_size=block,
-        kv_transfer_gbps=link,
-        source=source,
-        base_dir=base,
-    )
+    doc = sc.Doc(source, SpecError, base_dir=None if base_dir is None else Path(base_dir))
+    return _SPEC.read(doc, dict(obj))
 
 
 def load_spec(path: str | os.PathLike) -> SweepSpec:
