@@ -71,6 +71,7 @@ def test_capacity_json_matches_binding(tmp_path):
     assert r["request_blocks"] == -(-(1024 + 256 + 4) // 64) == 21
     assert r["max_concurrency_per_rank"] == min(32, 3527 // 21) == 32
     assert rep["nextn"] == 3 and rep["isl"] == 1024
+    assert r["status"] == "ok"  # the capacity status's registry name (jaxsim.kernels.status)
 
 
 def test_capacity_defaults_to_context_length_and_tables(tmp_path):

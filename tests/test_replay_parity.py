@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jaxsim.replay import metrics
-from jaxsim.replay.engine import DONE, is_stochastic, replay_jit
+from jaxsim.replay.engine import COMPLETED, DONE, is_stochastic, replay_jit
 from replay_support import PAD, SLOTS, case_blocks, case_params, case_rates, case_trace, replay_cases
 
 CASES = replay_cases()
@@ -56,7 +56,7 @@ def test_every_case_replays_deterministically(replays):
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_per_request_times(case, replays):
     trace, res = replays[case["id"]]
-    assert int(res.status) == 1
+    assert int(res.status) == COMPLETED
     worst = 0.0
     for i, g in enumerate(case["result"]["per_request"]):
         assert g["terminal_status"] == "completed" and res.terminal[i] == DONE

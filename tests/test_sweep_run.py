@@ -16,6 +16,7 @@ import jax
 import pytest
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
+from jaxsim.kernels import status
 from jaxsim.sweep import OutputExistsError, SpecError, plan_sweep, run_sweep
 from jaxsim.sweep.run import pareto_mask, top_mask, work_dir_for
 from jaxsim.sweep.spec import spec_from_dict
@@ -81,6 +82,8 @@ def test_every_valid_config_has_one_row_with_inputs_metrics_status(reference):
     st = t.column("status").to_numpy()
     assert (st >= 16).any() and (st < 16).any()
     assert np.isnan(t.column("ttft_ms").to_numpy()[st >= 16]).all()
+    names = t.column("status_name").to_pylist()
+    assert names == [status.name(c) for c in st] and not any(n.startswith("unknown") for n in names)
     assert sum(res.summary["status_counts"].values()) == t.num_rows
     assert not work_dir_for(out).exists()
     csv = pacsv.read_csv(out.with_suffix(".csv"))

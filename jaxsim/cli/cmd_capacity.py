@@ -27,6 +27,7 @@ def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
     """Bind ``path`` and return the capacity report (JSON-ready)."""
     from jaxsim.binding import bind
     from jaxsim.config import load_config
+    from jaxsim.kernels import status
 
     if (isl is None) != (osl is None):
         fail("give both --isl and --osl, or neither")
@@ -64,6 +65,7 @@ def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
             "max_concurrency_per_rank": conc,
             "ranks": ranks,
             "max_concurrency": conc * ranks if conc >= 0 else None,
+            "status": status.name(int(c.status)),
             "max_measured_decode_batch": int(r.cell.decode_batch.max()) if r.cell.num_decode_rows else None,
         }
     return {
@@ -111,6 +113,7 @@ def _print_table(rep: dict) -> None:
         ("max concurrency / rank", "max_concurrency_per_rank"),
         ("ranks (dp x replicas)", "ranks"),
         ("max concurrency", "max_concurrency"),
+        ("status", "status"),
         ("largest measured decode batch", "max_measured_decode_batch"),
     ]
     for label, key in rows:

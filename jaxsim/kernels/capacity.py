@@ -31,24 +31,17 @@ from jaxsim.capacity_rules import (  # noqa: F401  (plain-Python rules, re-expor
     capacity_problems,
     non_kv_bytes,
 )
+from jaxsim.kernels.status import (  # capacity status codes (registered there, 32–47)
+    BLOCK_SIZE_INVALID,
+    DOES_NOT_FIT,
+    FIRST_REFUSED,
+    INVALID_REQUEST,
+    NO_KV_BUDGET,
+)
+from jaxsim.kernels.status import CAPACITY_OK as OK
 from jaxsim.profile.model import Resources
 
 MAX_GROUPS = 4
-
-OK = 0
-DOES_NOT_FIT = 1
-FIRST_REFUSED = 16
-BLOCK_SIZE_INVALID = 16
-NO_KV_BUDGET = 17
-INVALID_REQUEST = 18
-
-STATUS_NAMES = {
-    OK: "ok",
-    DOES_NOT_FIT: "request_does_not_fit",
-    BLOCK_SIZE_INVALID: "refused:block_size_must_be_positive",
-    NO_KV_BUDGET: "refused:no_kv_budget_after_non_kv_resources",
-    INVALID_REQUEST: "refused:invalid_request_lengths",
-}
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -40,18 +40,12 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
 from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, prefill_latency_ms
 
-# replay status codes (lookup failures keep the kernel's code, >= st.FIRST_UNSUPPORTED)
-RUNNING = 0
-COMPLETED = 1
-STALLED = 40
-PASS_LIMIT = 41
-
-STATUS_NAMES = {
-    RUNNING: "running",
-    COMPLETED: "completed",
-    STALLED: "stalled: a request can never fit in the KV pool",
-    PASS_LIMIT: "stopped: pass limit reached",
-}
+# replay status codes (registered in jaxsim.kernels.status, 64–79); a replay stopped by a lookup outside
+# measured support keeps the lookup's code (16–31)
+RUNNING = st.RUNNING
+COMPLETED = st.COMPLETED
+STALLED = st.STALLED
+PASS_LIMIT = st.PASS_LIMIT
 
 # per-request terminal codes
 UNFINISHED = 0
@@ -67,11 +61,12 @@ TIMELINE_FIELDS = (
 
 
 def status_name(code: int) -> str:
-    """Human-readable replay status."""
+    """The replay status's name (:mod:`jaxsim.kernels.status`); a lookup refusal reads
+    ``stopped: pass lookup <the lookup status's name>``."""
     code = int(code)
-    if code >= st.FIRST_UNSUPPORTED and code in st.NAMES:
+    if st.FIRST_UNSUPPORTED <= code < st.FAMILY_RANGES["lookup"].stop and code in st.NAMES:
         return f"stopped: pass lookup {st.name(code)}"
-    return STATUS_NAMES.get(code, f"unknown:{code}")
+    return st.name(code)
 
 
 class Requests(eqx.Module):

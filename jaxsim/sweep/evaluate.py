@@ -5,7 +5,7 @@ arrays) against one prefill and one decode :class:`~jaxsim.kernels.rounds.RoundT
 vmaps it over a chunk whose configurations share their tables, which it slices by integer index from one
 stacked pytree (:func:`stack_tables`), so a whole sweep compiles once. Every latency comes from the
 compiled round kernels; a configuration that needs a lookup outside measured support gets that lookup's
-status code (≥ 16) and NaN metrics, never an extrapolated value. The model is written down in
+refusal status code (:mod:`jaxsim.kernels.status`) and NaN metrics, never an extrapolated value. The model is written down in
 ``docs/sweep.md``.
 """
 
@@ -17,11 +17,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float64, Int32, Int64
+from jaxtyping import Array, Bool, Float64, Int, Int32, Int64
 
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
+from jaxsim.kernels.status import (  # the sweep's own refusals (registered there, 48–63)
+    PROMPT_EXCEEDS_PREFILL_POOL,
+    REQUEST_EXCEEDS_CONTEXT,
+    REQUEST_EXCEEDS_KV_POOL,
+    TOKEN_BUDGET_TOO_SMALL,
+)
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS
 from jaxsim.kernels.rounds import (
     RoundTable,
@@ -29,27 +35,6 @@ from jaxsim.kernels.rounds import (
     scheduler_pass_latency_ms,
     stack_round_tables,
 )
-
-# Sweep-model status codes (kernel codes are below 32; every code here is "unsupported").
-REQUEST_EXCEEDS_KV_POOL = 40
-REQUEST_EXCEEDS_CONTEXT = 41
-PROMPT_EXCEEDS_PREFILL_POOL = 42
-TOKEN_BUDGET_TOO_SMALL = 43
-
-STATUS_NAMES: dict[int, str] = {
-    **st.NAMES,
-    REQUEST_EXCEEDS_KV_POOL: "unsupported:request_exceeds_kv_pool",
-    REQUEST_EXCEEDS_CONTEXT: "unsupported:request_exceeds_max_model_len",
-    PROMPT_EXCEEDS_PREFILL_POOL: "unsupported:prompt_exceeds_prefill_kv_pool",
-    TOKEN_BUDGET_TOO_SMALL: "unsupported:token_budget_below_one_decode_round",
-}
-STATUS_EXPLAIN: dict[int, str] = {
-    **st.EXPLAIN,
-    REQUEST_EXCEEDS_KV_POOL: "one request (ISL + OSL + lookahead) needs more KV blocks than the pool holds",
-    REQUEST_EXCEEDS_CONTEXT: "ISL + OSL exceeds the deployment's context bound (max_model_len)",
-    PROMPT_EXCEEDS_PREFILL_POOL: "a prompt does not fit the prefill worker's KV pool",
-    TOKEN_BUDGET_TOO_SMALL: "max_num_batched_tokens is below the nextn + 1 tokens of one decoding request",
-}
 
 # What bounds the effective concurrency.
 LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
@@ -227,8 +212,19 @@ expected_rounds_table = jax.jit(jax.vmap(expected_rounds, in_axes=(0, 0, None)),
 # per-quantity pieces (one configuration)
 
 
-def _masked_status(codes, used) -> Int32[Array, ""]:
-    return jnp.max(jnp.where(used, codes, 0)).astype(jnp.int32)
+def worse_status(a: Int[Array, "*n"], b: Int[Array, "*n"]) -> Int32[Array, "*n"]:
+    """The worse of two status codes by the registry's explicit order (:data:`jaxsim.kernels.status.SEVERITY`)."""
+    rank = jnp.asarray(st.RANK)
+    return jnp.where(rank[b] > rank[a], b, a).astype(jnp.int32)
+
+
+def worst_status(codes: Int[Array, "..."], used: Bool[Array, "..."] | None = None) -> Int32[Array, ""]:
+    """The worst status among the ``used`` codes by :data:`~jaxsim.kernels.status.SEVERITY` (``EXACT`` if none)."""
+    codes = jnp.asarray(codes, jnp.int32).ravel()
+    ranks = jnp.asarray(st.RANK)[codes]
+    if used is not None:
+        ranks = jnp.where(jnp.asarray(used).ravel(), ranks, -1)
+    return jnp.where(jnp.max(ranks) >= 0, codes[jnp.argmax(ranks)], st.EXACT).astype(jnp.int32)
 
 
 
@@ -240,7 +236,7 @@ def decode_round_ms_at(
     total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted."""
     kv = jnp.round(batch.astype(jnp.float64) * kv_per_request).astype(jnp.int64)
     lat, code = jax.vmap(decode_latency_ms, in_axes=(None, None, 0))(t, batch, kv)
-    return jnp.sum(GL_WEIGHTS * lat), jnp.max(code).astype(jnp.int32)
+    return jnp.sum(GL_WEIGHTS * lat), worst_status(code)
 
 
 def prompt_prefill_ms(
@@ -276,7 +272,7 @@ def prompt_prefill_ms(
     lat, code = flat(t, speculative, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
     lat, code = lat.reshape(toks.shape), code.reshape(toks.shape)
     used = (wts > 0) & live[:, None]
-    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), _masked_status(code, used)
+    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), worst_status(code, used)
 
 
 def kv_transfer_ms(isl: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""], bytes_per_s: Float64[Array, ""]) -> Float64[Array, ""]:
@@ -311,7 +307,7 @@ def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
     n_budget = cfg.max_num_batched_tokens // step
     n = jnp.minimum(jnp.minimum(cfg.concurrency, n_kv), n_budget)
     limit = jnp.where(n == cfg.concurrency, 0, jnp.where(n == cfg.max_num_seqs, 1, jnp.where(n == n_kv, 2, 3)))
-    code = jnp.where(n_budget < 1, TOKEN_BUDGET_TOO_SMALL, 0)
+    code = jnp.where(n_budget < 1, TOKEN_BUDGET_TOO_SMALL, st.EXACT)
     code = jnp.where(jnp.any(live & (blocks_w > cfg.kv_blocks)) | (n_kv < 1), REQUEST_EXCEEDS_KV_POOL, code)
     code = jnp.where(jnp.any(live & (cfg.isl + cfg.osl > cfg.max_model_len)), REQUEST_EXCEEDS_CONTEXT, code)
     return jnp.maximum(n, 1), limit.astype(jnp.int32), code
@@ -373,7 +369,7 @@ def evaluate_config(
     round_agg = (dec_mixed * mixed_bar + dec_only * only_ms) / jnp.maximum(dec_mixed + dec_only, 1e-300)
     rate_agg = 1.0 / (passes * pass_agg)  # requests per ms
     wait_agg = jnp.maximum(nf * passes - r_bar - c_bar, 0.0) * pass_agg + (cfg.concurrency - n) / rate_agg
-    code_agg = jnp.where(prefill_bound, 0, code_full)
+    code_agg = jnp.where(prefill_bound, st.EXACT, code_full)
 
     # disaggregated: decode workers run at the batch the prefill pool can feed
     x = cfg.prefill_workers.astype(jnp.float64)
@@ -390,9 +386,9 @@ def evaluate_config(
     xfer_w = kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
     wait_dis = y * (cfg.concurrency - n_eff) / rate_dis
     prompt_blocks = (cfg.isl + cfg.block_size - 1) // jnp.maximum(cfg.block_size, 1)
-    code_dis = jnp.maximum(
+    code_dis = worse_status(
         jnp.where(feed_bound, code_eff, code_full),
-        jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, 0),
+        jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
     )
 
     rate = jnp.where(disagg, rate_dis, rate_agg)
@@ -402,7 +398,7 @@ def evaluate_config(
     ttft_w = jnp.where(disagg, wait_dis + prompt_w + xfer_w + round_dis, wait_agg + prompt_w)
     decode_w = rounds_w * jnp.where(disagg, round_dis, round_agg)
     gpus = jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
-    status = jnp.maximum(jnp.maximum(cap_code, pcode), jnp.where(disagg, code_dis, code_agg)).astype(jnp.int32)
+    status = worse_status(worse_status(cap_code, pcode), jnp.where(disagg, code_dis, code_agg))
 
     out_tok = jnp.sum(w * cfg.osl)
     gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)

@@ -50,7 +50,7 @@ METRIC_COLUMNS = (
     "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
     "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "sla_ok",
 )
-_STATUS_DICT = pa.array([ev.STATUS_NAMES.get(i, f"unknown:{i}") for i in range(64)], pa.string())
+_STATUS_DICT = pa.array(ev.st.name_table(), pa.string())
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
 X_COL = "tokens_per_s_per_user"
 Y_COL = "output_tokens_per_s_per_gpu"
