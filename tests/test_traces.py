@@ -135,3 +135,76 @@ def test_requests_padding():
     assert request_bucket(1000) == 1024
     with pytest.raises(QueryError):
         t.requests(pad_to=2)
+
+
+VARIANTS = [
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16T18:17:04,3180.0,8\n"
+              "2023-11-16 18:17:01.5,7,1\n"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n2023-11-16T18:17:04,3180.0,8\n"
+              "2023-11-16 18:17:04.1234567891,7,1\n"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:17:03,4,1\n"),
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n 2023-11-16 18:17:03 ,4,1\n"),
+    ("p.csv", "arrival_ms,input_length,output_length,extra\n5,10,2,x\n\n1.5,1e3,3,y\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\r\n0,10,2\r\n1, 11,3\r\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10,2\n1,,3\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10,2\n1,2.5,3\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10,2\n1,99999999999999999999,3\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10,2\n-1,5,3\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10,2\ninf,5,3\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n0,10\n"),
+    ("p.csv", "arrival_ms,input_length,output_length\n"),
+    ("m.jsonl", '{"timestamp": 3, "input_length": 5, "output_length": 1, "hash_ids": [1, 2]}\n\n'
+                '{"timestamp": 1.5, "input_length": 5.0, "output_length": 2}\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": "5", "output_length": 1}\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": true}\n'),
+    ("m.jsonl", '{"timestamp": 0, "timestamp": 4, "input_length": 5, "output_length": 1}\n'),
+    ("m.jsonl", '{"timestamp": NaN, "input_length": 5, "output_length": 1}\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n[1, 2]\n'),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 0, "input_length": 0, "output_length": 1}\n'),
+    ("j.jsonl", '{"arrival_ms": 0.25, "input_length": 5, "output_length": 1}\n{"arrival_ms": 0, "input_length": 6, "output_length": null}\n'),
+]
+
+
+def _outcome(path, fmt):
+    try:
+        t = load_trace(path, fmt=fmt)
+    except QueryError as e:
+        return str(e)
+    return (t.arrival_ms.tolist(), t.input_tokens.tolist(), t.output_tokens.tolist(), t.row.tolist(),
+            t.input_tokens.dtype, t.output_tokens.dtype)
+
+
+@pytest.mark.parametrize("i", range(len(VARIANTS)))
+def test_pyarrow_path_agrees_with_the_row_reader(tmp_path, monkeypatch, i):
+    """Files are read by pyarrow; whatever it does not take exactly as it is goes to the row reader, so
+    accepted values and every error (naming the row) are the same with the pyarrow path switched off."""
+    from jaxsim.replay import traces
+
+    name, text = VARIANTS[i]
+    p = tmp_path / name
+    p.write_text(text)
+    fmt = {"a": "azure", "p": "csv", "m": "mooncake", "j": "jsonl"}[name[0]]
+    fast = _outcome(p, fmt)
+    monkeypatch.setattr(traces, "_arrow_csv", lambda *a: None)
+    monkeypatch.setattr(traces, "_arrow_jsonl", lambda *a: None)
+    assert _outcome(p, fmt) == fast
+    if isinstance(fast, str):
+        assert "\n" not in fast and str(p) in fast
+
+
+def test_bundled_traces_are_read_by_pyarrow(monkeypatch):
+    """The bundled traces take the pyarrow path (the row reader is never called) and give the row reader's values."""
+    from jaxsim.replay import traces
+
+    fast = {n: load_trace(n) for n in list_traces()}
+    monkeypatch.setattr(traces, "_read_csv_rows", lambda *a: pytest.fail("row reader used"))
+    monkeypatch.setattr(traces, "_read_jsonl", lambda *a: pytest.fail("row reader used"))
+    for n in list_traces():
+        load_trace(n)
+    monkeypatch.undo()
+    monkeypatch.setattr(traces, "_arrow_csv", lambda *a: None)
+    monkeypatch.setattr(traces, "_arrow_jsonl", lambda *a: None)
+    for n, t in fast.items():
+        slow = load_trace(n)
+        assert np.array_equal(slow.arrival_ms, t.arrival_ms) and np.array_equal(slow.row, t.row)
+        assert np.array_equal(slow.input_tokens, t.input_tokens) and np.array_equal(slow.output_tokens, t.output_tokens)

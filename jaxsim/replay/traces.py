@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 
 from jaxsim import limits
 from jaxsim.errors import QueryError
@@ -176,22 +180,95 @@ def _read_csv_rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict]
         return [(i + 1, row) for i, row in enumerate(reader)]
 
 
+# Files are read by pyarrow (C++ CSV / JSON readers, vectorized checks). A file the fast path does not
+# accept exactly as it is (a parse error, a missing or empty value, a non-number, a fraction where an
+# integer belongs, ...) is read again row by row by the Python readers below, which name the first bad
+# row; so every message, and every accepted file's values, are those of the row reader.
+
+
+def _f64(col: pa.ChunkedArray) -> np.ndarray | None:
+    """A null-free float64 column as NumPy (from the Arrow buffer: ``to_numpy`` would import pandas)."""
+    arr = col.combine_chunks()
+    if arr.null_count or arr.type != pa.float64():
+        return None
+    return np.frombuffer(arr.buffers()[1], dtype=np.float64, count=len(arr), offset=arr.offset * 8).copy()
+
+
+def _counts(col: pa.ChunkedArray) -> np.ndarray | None:
+    """Token counts read as numbers: int64 when every value is a finite whole number (the row reader's
+    ``int(float(value))``); None otherwise."""
+    f = _f64(col)
+    if f is None or not np.isfinite(f).all() or (f != np.round(f)).any() or (np.abs(f) > 2.0**53).any():
+        return None
+    return f.astype(np.int64)
+
+
+def _arrow_csv(path: Path, types: dict[str, pa.DataType]) -> pa.Table | None:
+    try:
+        return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(include_columns=list(types), column_types=types))
+    except (pa.ArrowException, OSError):
+        return None
+
+
+def _arrow_jsonl(path: Path, keys: Sequence[str]) -> pa.Table | None:
+    schema = pa.schema([(k, pa.float64()) for k in keys])
+    try:
+        return pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowException, OSError):
+        return None
+
+
+def _fast_columns(table: pa.Table | None, time_key: str, in_key: str, out_key: str):
+    """(arrival, input, output) from a pyarrow table, or None when the row reader must judge the file."""
+    if table is None or table.num_rows == 0:
+        return None
+    arr, inp, out = _f64(table.column(time_key)), _counts(table.column(in_key)), _counts(table.column(out_key))
+    if arr is None or inp is None or out is None or not np.isfinite(arr).all():
+        return None
+    return arr, inp, out
+
+
+def _azure_fast(path: Path):
+    """Azure columns by pyarrow: timestamps must match the row reader's pattern, then are cast to ns."""
+    table = _arrow_csv(path, {"TIMESTAMP": pa.string(), "ContextTokens": pa.float64(), "GeneratedTokens": pa.float64()})
+    if table is None or table.num_rows == 0:
+        return None
+    ts = table.column("TIMESTAMP")
+    if not pc.all(pc.match_substring_regex(ts, _AZURE_TS.pattern)).as_py():
+        return None
+    try:
+        ns = pc.cast(pc.cast(ts, pa.timestamp("ns")), pa.int64()).combine_chunks()
+    except pa.ArrowException:  # an impossible date, or a fraction finer than 1 ns (the row reader truncates it)
+        return None
+    ns = np.frombuffer(ns.buffers()[1], dtype=np.int64, count=len(ns), offset=ns.offset * 8)
+    inp, out = _counts(table.column("ContextTokens")), _counts(table.column("GeneratedTokens"))
+    if inp is None or out is None:
+        return None
+    return (ns - ns.min()).astype(np.float64) / 1e6, inp, out
+
+
+def _trace(path: Path, cols) -> Trace:
+    try:
+        return make_trace(path.stem, *cols, source=str(path))
+    except QueryError as exc:  # name the file, not just the trace
+        raise QueryError(str(exc).replace(f"{path.stem}: ", f"{path}: ", 1)) from None
+
+
 def read_azure_csv(path: str | os.PathLike) -> Trace:
     """Azure LLM inference trace 2023: ``TIMESTAMP, ContextTokens, GeneratedTokens``."""
     path = Path(path)
-    rows = _read_csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
-    ns, inp, out = [], [], []
-    for i, row in rows:
-        where = f"{path}: row {i}"
-        ns.append(_azure_ns(row["TIMESTAMP"], where))
-        inp.append(_int_field(row["ContextTokens"], where, "ContextTokens"))
-        out.append(_int_field(row["GeneratedTokens"], where, "GeneratedTokens"))
-    t0 = min(ns) if ns else 0
-    arr = [(t - t0) / 1e6 for t in ns]
-    try:
-        return make_trace(path.stem, arr, inp, out, source=str(path))
-    except QueryError as exc:
-        raise QueryError(str(exc).replace(f"{path.stem}: ", f"{path}: ", 1)) from None
+    cols = _azure_fast(path)
+    if cols is None:
+        rows = _read_csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+        ns, inp, out = [], [], []
+        for i, row in rows:
+            where = f"{path}: row {i}"
+            ns.append(_azure_ns(row["TIMESTAMP"], where))
+            inp.append(_int_field(row["ContextTokens"], where, "ContextTokens"))
+            out.append(_int_field(row["GeneratedTokens"], where, "GeneratedTokens"))
+        t0 = min(ns) if ns else 0
+        cols = ([(t - t0) / 1e6 for t in ns], inp, out)
+    return _trace(path, cols)
 
 
 def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
@@ -210,7 +287,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
-def _from_records(path: Path, rows, time_key: str, in_key: str, out_key: str) -> Trace:
+def _records(path: Path, rows, time_key: str, in_key: str, out_key: str) -> tuple[list, list, list]:
     arr, inp, out = [], [], []
     for i, obj in rows:
         where = f"{path}: row {i}"
@@ -220,29 +297,32 @@ def _from_records(path: Path, rows, time_key: str, in_key: str, out_key: str) ->
         arr.append(_float_field(obj[time_key], where, time_key))
         inp.append(_int_field(obj[in_key], where, in_key))
         out.append(_int_field(obj[out_key], where, out_key))
-    try:
-        return make_trace(path.stem, arr, inp, out, source=str(path))
-    except QueryError as exc:  # name the file, not just the trace
-        raise QueryError(str(exc).replace(f"{path.stem}: ", f"{path}: ", 1)) from None
+    return arr, inp, out
+
+
+def _read_jsonl_trace(path: Path, time_key: str) -> Trace:
+    keys = (time_key, "input_length", "output_length")
+    cols = _fast_columns(_arrow_jsonl(path, keys), *keys)
+    return _trace(path, cols if cols is not None else _records(path, _read_jsonl(path), *keys))
 
 
 def read_mooncake_jsonl(path: str | os.PathLike) -> Trace:
     """Mooncake trace: JSONL with ``timestamp`` (ms), ``input_length``, ``output_length`` (``hash_ids``
     is read past: prefix caching is not modelled)."""
-    path = Path(path)
-    return _from_records(path, _read_jsonl(path), "timestamp", "input_length", "output_length")
+    return _read_jsonl_trace(Path(path), "timestamp")
 
 
 def read_plain_jsonl(path: str | os.PathLike) -> Trace:
     """Plain JSONL: ``arrival_ms``, ``input_length``, ``output_length``."""
-    path = Path(path)
-    return _from_records(path, _read_jsonl(path), "arrival_ms", "input_length", "output_length")
+    return _read_jsonl_trace(Path(path), "arrival_ms")
 
 
 def read_plain_csv(path: str | os.PathLike) -> Trace:
     """Plain CSV: ``arrival_ms, input_length, output_length``."""
     path = Path(path)
-    return _from_records(path, _read_csv_rows(path, ("arrival_ms", "input_length", "output_length")), "arrival_ms", "input_length", "output_length")
+    keys = ("arrival_ms", "input_length", "output_length")
+    cols = _fast_columns(_arrow_csv(path, dict.fromkeys(keys, pa.float64())), *keys)
+    return _trace(path, cols if cols is not None else _records(path, _read_csv_rows(path, keys), *keys))
 
 
 _READERS: dict[str, Callable[[Path], Trace]] = {
