@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from jaxsim.errors import InputError
+
 __all__ = ["MAX_DRAFT_TOKENS", "normalize_rates", "pad_rates", "rates_from_accepted"]
 
 MAX_DRAFT_TOKENS = 5
@@ -19,7 +21,7 @@ def rates_from_accepted(accepted_tokens: float, num_draft_tokens: int) -> np.nda
     k = int(num_draft_tokens)
     a = float(accepted_tokens)
     if not (0.0 <= a <= k) or not math.isfinite(a):
-        raise ValueError(f"accepted_tokens={a} must be within [0, nextn={k}]")
+        raise InputError(f"accepted_tokens={a} must be within [0, nextn={k}]")
     whole = int(math.floor(a))
     rates = [1.0] * whole + ([a - whole] if whole < k else [])
     rates += [0.0] * (k - len(rates))
@@ -31,7 +33,7 @@ def normalize_rates(rates, num_draft_tokens: int) -> np.ndarray:
     r = [float(x) for x in rates][: int(num_draft_tokens)]
     for i, x in enumerate(r):
         if not (math.isfinite(x) and 0.0 <= x <= 1.0):
-            raise ValueError(f"accept_rates[{i}]={x} must be a finite probability in [0, 1]")
+            raise InputError(f"accept_rates[{i}]={x} must be a finite probability in [0, 1]")
     r += [0.0] * (int(num_draft_tokens) - len(r))
     return np.asarray(r, dtype=np.float64)
 

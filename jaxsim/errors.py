@@ -21,6 +21,10 @@ class QueryError(JaxsimError):
     """A query file is malformed."""
 
 
+class InputError(JaxsimError):
+    """A value given on the command line or to a library function is out of range or malformed."""
+
+
 def read_text(path, what: str, error: type[JaxsimError]) -> str:
     """A UTF-8 text file's contents; unreadable or non-UTF-8 files raise ``error`` with one line."""
     from pathlib import Path

@@ -71,10 +71,12 @@ def problem(key: str, value) -> str | None:
     return None
 
 
-def check(key: str, value, where: str, error: type[Exception] = ValueError):
+def check(key: str, value, where: str, error: type[Exception] | None = None):
     """Return ``value`` if it lies in ``key``'s range, else raise ``error("WHERE: must be ...")``."""
     msg = problem(key, value)
     if msg is not None:
+        if error is None:
+            from jaxsim.errors import InputError as error
         raise error(f"{where}: {msg}")
     return value
 

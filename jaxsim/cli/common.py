@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: one-line errors with exit code 2, no tracebacks for user mistakes."""
+"""Shared CLI plumbing: one-line errors with exit code 2 for user mistakes; a distinct exit code and a
+"this is a bug" line for anything else (``--debug`` or ``JAXSIM_DEBUG=1`` keeps the traceback)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import sys
 from pathlib import Path
 
 import typer
+import typer.exceptions
 
 from jaxsim.errors import JaxsimError
 
 EXIT_INVALID = 2
+"""Bad input (a :class:`~jaxsim.errors.JaxsimError` or an OS file error): one line naming what is wrong."""
+EXIT_INTERNAL = 70
+"""An internal error, a bug (``EX_SOFTWARE`` of sysexits.h): one line saying so."""
 
 
 def fail(message: str) -> "typer.Exit":
@@ -20,27 +25,55 @@ def fail(message: str) -> "typer.Exit":
     raise typer.Exit(EXIT_INVALID)
 
 
-def guarded(fn):
-    """Turn user errors (bad files, bad values) into one-line messages with exit code 2.
+_debug_flag = False
 
-    With ``JAXSIM_DEBUG=1`` in the environment every error keeps its traceback instead (for bug reports).
-    """
+
+def set_debug(ctx: typer.Context, on: bool) -> None:
+    """The root ``--debug`` flag: on for this invocation only (reset when its context closes)."""
+    global _debug_flag
+    _debug_flag = bool(on)
+    ctx.call_on_close(_reset_debug)
+
+
+def _reset_debug() -> None:
+    global _debug_flag
+    _debug_flag = False
+
+
+def debug_enabled() -> bool:
+    """``--debug`` given to the running command, or ``JAXSIM_DEBUG`` set (not empty, not 0)."""
+    return _debug_flag or os.environ.get("JAXSIM_DEBUG", "") not in ("", "0")
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def guarded(fn):
+    """User errors (:class:`~jaxsim.errors.JaxsimError`, OS file errors) → one line, exit 2; any other
+    exception is a bug → one "internal error (this is a bug)" line, exit 70. With ``--debug`` (or
+    ``JAXSIM_DEBUG=1``) every error keeps its traceback instead (for bug reports)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if os.environ.get("JAXSIM_DEBUG", "") not in ("", "0"):
-            return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
-        except (JaxsimError, FileNotFoundError, IsADirectoryError, PermissionError, ValueError, KeyError) as exc:
-            text = str(exc) if not isinstance(exc, KeyError) else f"missing key {exc}"
+        except (typer.Exit, typer.Abort, typer.exceptions.TyperException):
+            raise  # typer's own exits and usage errors
+        except (JaxsimError, OSError) as exc:
+            if debug_enabled():
+                raise
+            text = str(exc)
             if isinstance(exc, OSError) and getattr(exc, "filename", None):
                 text = f"{exc.filename}: {exc.strerror}"
             fail(text)
-        except (TypeError, ArithmeticError, RecursionError, UnicodeError, IndexError) as exc:
-            # a value no check anticipated: still one line, never a traceback (and worth a bug report)
-            fail(f"unexpected input ({type(exc).__name__}: {exc}); please report the command that caused it "
-                 "(JAXSIM_DEBUG=1 shows the traceback)")
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            typer.echo(f"error: internal error (this is a bug): {type(exc).__name__}: {_one_line(exc)}; "
+                       "rerun with --debug (or JAXSIM_DEBUG=1) for the traceback", err=True)
+            raise typer.Exit(EXIT_INTERNAL)
 
     return wrapper
 

@@ -13,6 +13,7 @@ use_all_cpu_cores()
 enable_compilation_cache()
 
 import jaxsim  # noqa: E402  (imports no JAX: commands import it inside their functions)
+from jaxsim.cli.common import set_debug  # noqa: E402
 
 app = typer.Typer(
     name="jaxsim",
@@ -34,9 +35,12 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback of any error (for bug reports; same as JAXSIM_DEBUG=1)."),
 ) -> None:
     """jaxsim: measured forward-pass profiles → round timings, capacity, sweeps and replays."""
+    set_debug(ctx, debug)
 
 
 for _name in COMMAND_MODULES:

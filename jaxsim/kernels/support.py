@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jaxsim.errors import TableError
 from jaxsim.kernels import status as st
 
 _LO_BITS = 12
@@ -82,7 +83,7 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
     curves, starts = np.unique(batch, return_index=True)
     n_curves = curves.size
     if n_curves > _MAX_CURVES:
-        raise ValueError(f"decode table has {n_curves} batch curves; at most {_MAX_CURVES} supported")
+        raise TableError(f"decode table has {n_curves} batch curves; at most {_MAX_CURVES} supported")
     ends = np.append(starts[1:], batch.size)
     grid = np.unique(kv)
     m = grid.size

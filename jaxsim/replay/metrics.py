@@ -15,6 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
+from jaxsim.errors import InputError
 from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, TIMELINE_FIELDS, ReplayResult
 
 PERCENTILES = (("median", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
@@ -34,7 +35,7 @@ class SLA:
         for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
             v = getattr(self, name)
             if v is not None and not (math.isfinite(v) and v > 0):
-                raise ValueError(f"SLA {name}={v!r} must be a positive finite number")
+                raise InputError(f"SLA {name}={v!r} must be a positive finite number")
 
 
 def per_request(

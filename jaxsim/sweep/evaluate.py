@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float64, Int, Int32, Int64
 
 from jaxsim._jax import ensure_x64
+from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
 from jaxsim.kernels.status import (  # the sweep's own refusals (registered there, 48–63)
@@ -99,7 +100,7 @@ class Sla(eqx.Module):
         inf = float("inf")
         bad = set(percentiles) - set(PERCENTILE_KEYS)
         if bad:
-            raise ValueError(f"unknown percentile SLA key(s): {', '.join(sorted(bad))}")
+            raise InputError(f"unknown percentile SLA key(s): {', '.join(sorted(bad))}")
         pct = np.full((3, 3), inf)
         for k, v in percentiles.items():
             if v is not None:
