@@ -8,6 +8,8 @@ the query columns and adds ``latency_ms`` (null when unsupported) and ``status``
 
 from __future__ import annotations
 
+import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,8 +62,42 @@ def read_queries(path: str | Path) -> QueryBatch:
             opts = pacsv.ConvertOptions(strings_can_be_null=False, column_types={"workload_kind": pa.dictionary(pa.int32(), pa.string())})
             table = pacsv.read_csv(path, convert_options=opts)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
+        raise _read_error(path, exc) from None
     return validate_queries(table, path)
+
+
+def _read_error(path: Path, exc: Exception) -> QueryError:
+    """pyarrow could not read ``path``: name the first bad row when one can be found, else say why."""
+    where = None if _is_parquet(path) or isinstance(exc, FileNotFoundError) else _csv_bad_row(path)
+    return QueryError(f"{path}: {where}" if where else f"{path}: cannot read query file: {' '.join(str(exc).split())}")
+
+
+def _csv_bad_row(path: Path, column: str | None = None) -> str | None:
+    """The first data row of a CSV query file that pyarrow cannot read as a query ("row N: ..."): a wrong
+    number of fields, or a count column (only ``column``, when given) holding something other than an
+    integer. Rows are numbered like pyarrow's (blank lines skipped). Only called after a read failed."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = csv.reader(f)
+            header = [c.strip() for c in next(rows, [])]
+            counts = [c for c in (*QUERY_COLUMNS[1:], *MIXED_COLUMNS) if c in header and column in (None, c)]
+            n = 0
+            for row in rows:
+                if not row:
+                    continue
+                n += 1
+                if len(row) != len(header):
+                    return f"row {n}: expected {len(header)} fields ({', '.join(header)}), got {len(row)}"
+                for c in counts:
+                    v = row[header.index(c)]
+                    if v and not _INT_TEXT.fullmatch(v):
+                        return f"row {n}: column {c} must hold integers (found {v!r})"
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
+
+
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 def validate_queries(table: pa.Table, path: Path, first_row: int = 0) -> QueryBatch:
@@ -80,7 +116,8 @@ def validate_queries(table: pa.Table, path: Path, first_row: int = 0) -> QueryBa
             return np.zeros(n, np.int64)
         col = table.column(name)
         if not pa.types.is_integer(col.type):
-            raise QueryError(f"{path}: column {name} must hold integers (found {col.type})")
+            where = None if _is_parquet(path) else _csv_bad_row(path, name)
+            raise QueryError(f"{path}: {where}" if where else f"{path}: column {name} must hold integers (found {col.type})")
         if col.null_count:
             null = col.is_null().to_numpy(zero_copy_only=False)
             must = null & (kind == 2) if name in MIXED_COLUMNS else null
@@ -200,7 +237,7 @@ def _batches(path: Path, rows: int):
             for rb in reader:
                 yield pa.Table.from_batches([rb])
     except (pa.ArrowInvalid, OSError) as exc:
-        raise QueryError(f"{path}: cannot read query file: {' '.join(str(exc).split())}") from None
+        raise _read_error(path, exc) from None
 
 
 def evaluate_file(

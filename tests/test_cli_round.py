@@ -80,6 +80,11 @@ def test_round_parquet_mixed_and_speculative(tmp_path):
         ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\nverify,1,0,5\n", "row 1: workload_kind='verify'"),
         ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\ndecode,1,0,5\ndecode,-2,0,5\n", "row 2: batch_size=-2"),
         ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\ndecode,1.5,0,5\n", "batch_size must hold integers"),
+        ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\ndecode,1,0,5\n\ndecode,abc,0,5\n",
+         "row 2: column batch_size must hold integers (found 'abc')"),
+        ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\ndecode,1,0,5\ndecode,1,0\n", "row 2: expected 4 fields"),
+        ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens,num_decode_requests,total_decode_kv_tokens\n"
+         "decode,1,0,5,,\nmixed,1,5,5,x,3\n", "row 2: column num_decode_requests must hold integers (found 'x')"),
         ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\ndecode,1,7,5\n", "row 1: decode rows have total_prefill_tokens = 0"),
         ("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\nmixed,1,7,5\n", "mixed rows need column num_decode_requests"),
     ],
@@ -144,3 +149,18 @@ def test_streamed_batches_keep_row_numbers_and_leave_nothing_on_error(tmp_path, 
     res = runner.invoke(app, ["round", str(AR), "-q", str(bad), "-o", str(tmp_path / "o2.parquet")])
     assert res.exit_code == 2 and "row 8: batch_size=-1" in res.output
     assert not (tmp_path / "o2.parquet").exists() and not (tmp_path / "o2.parquet.partial").exists()
+
+
+def test_unreadable_row_past_the_first_block_is_named(tmp_path):
+    """pyarrow reads query files in 8 MiB blocks with types inferred from the first; a bad value in a later
+    block fails the read without a row number, so the row is located and named."""
+    from jaxsim.errors import QueryError
+    from jaxsim.queries import _batches
+
+    n = 700_000  # > 8 MiB of rows
+    p = tmp_path / "q.csv"
+    p.write_text("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\n" + "decode,1,0,5\n" * n + "decode,1,0,x\n")
+    with pytest.raises(QueryError) as e:
+        for _ in _batches(p, 1 << 18):
+            pass
+    assert str(e.value) == f"{p}: row {n + 1}: column total_kv_read_tokens must hold integers (found 'x')"
