@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxsim.errors import InputError
 
-__all__ = ["MAX_DRAFT_TOKENS", "normalize_rates", "pad_rates", "rates_from_accepted"]
+__all__ = ["MAX_DRAFT_TOKENS", "normalize_rates", "pad_rates", "rates_from_accepted", "tail_probabilities"]
 
 MAX_DRAFT_TOKENS = 5
 
@@ -43,3 +43,14 @@ def pad_rates(rates: np.ndarray) -> np.ndarray:
     out = np.zeros(MAX_DRAFT_TOKENS)
     out[: len(rates)] = rates
     return out
+
+
+def tail_probabilities(rates, num_draft_tokens, xp=np):
+    """P(T ≥ t), t = 1..MAX_DRAFT_TOKENS + 1, of a round's tokens T = 1 + accepted drafts under chained
+    conditional acceptance: 1, p_1, p_1·p_2, ... (rates beyond ``num_draft_tokens`` count as 0).
+
+    ``rates`` [..., MAX_DRAFT_TOKENS] with ``num_draft_tokens`` broadcast over the leading axes; ``xp`` is
+    the array namespace (numpy, or jax.numpy inside compiled code)."""
+    k = xp.arange(MAX_DRAFT_TOKENS)
+    surv = xp.cumprod(xp.where(k < xp.asarray(num_draft_tokens)[..., None], rates, 0.0), axis=-1)
+    return xp.concatenate([xp.ones(surv.shape[:-1] + (1,)), surv], axis=-1)

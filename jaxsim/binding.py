@@ -39,6 +39,7 @@ from jaxsim.config import (
     DeploymentConfig,
     RoleConfig,
 )
+from jaxsim.data import registry
 from jaxsim.errors import BindingError, JaxsimError
 from jaxsim.profile import CellRows, Deployment, ProfileBundle, load_profile_dir
 from jaxsim.profile.model import MAX_BYTES, UNSAFE_VERSION_LABELS
@@ -191,23 +192,6 @@ def _stamp(root: str) -> tuple:
     return tuple(out)
 
 
-def _registry():
-    try:
-        from jaxsim.data import registry  # noqa: PLC0415
-    except ImportError:
-        return None
-    return registry
-
-
-def _bundled_names() -> list[str]:
-    reg = _registry()
-    if reg is None:
-        return []
-    if hasattr(reg, "bundled_names"):
-        return list(reg.bundled_names())
-    return [getattr(p, "name", str(p)) for p in getattr(reg, "list_bundled", lambda: [])()]
-
-
 def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path:
     """A directory (relative to ``base_dir``, then the working directory) or a bundled profile name."""
     key = (name_or_path, base_dir)
@@ -218,14 +202,12 @@ def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path
     cands = [p] if p.is_absolute() else ([base_dir / p] if base_dir is not None else []) + [p]
     found: Path | None = next((c for c in cands if c.exists()), None)
     if found is None:
-        reg = _registry()
-        if reg is not None:
-            try:
-                found = Path(reg.resolve_profile(name_or_path))
-            except (JaxsimError, KeyError, FileNotFoundError):
-                found = None
+        try:
+            found = Path(registry.resolve_profile(name_or_path))
+        except (JaxsimError, KeyError, FileNotFoundError):
+            found = None
         if found is None:
-            names = ", ".join(_bundled_names())
+            names = ", ".join(registry.bundled_names())
             raise BindingError(
                 f"profile-not-found: {name_or_path!r} is neither a profile directory nor a bundled profile "
                 f"(bundled: {names or 'none available'})"
@@ -358,19 +340,14 @@ def _acceptance_problems(cfg: DeploymentConfig) -> list[str]:
         if not (math.isfinite(a) and 0.0 <= a <= cfg.nextn):
             out.append(f"accepted-range: accepted_tokens={a!r} must be finite and within [0, nextn={cfg.nextn}]")
     if cfg.acceptance_preset is not None and _preset_rates(cfg.acceptance_preset) is None:
-        reg = _registry()
-        names = ", ".join(reg.list_acceptance_presets()) if reg is not None and hasattr(reg, "list_acceptance_presets") else "none available"
+        names = ", ".join(registry.list_acceptance_presets())
         out.append(f"acceptance-preset: unknown acceptance_preset {cfg.acceptance_preset!r} (known: {names})")
     return out
 
 
 def _preset_rates(name: str) -> tuple[float, ...] | None:
-    reg = _registry()
-    fn = getattr(reg, "acceptance_preset", None) if reg is not None else None
-    if fn is None:
-        return None
     try:
-        return tuple(float(x) for x in fn(name))
+        return tuple(float(x) for x in registry.acceptance_preset(name))
     except (JaxsimError, KeyError, ValueError):
         return None
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
-    from jax.sharding import NamedSharding
+    from jax.sharding import Mesh, NamedSharding
 
 # JAX is imported inside the functions that need it: the CLI calls use_all_cpu_cores and
 # enable_compilation_cache at start-up, and commands that compile nothing must not pay for importing JAX.
@@ -25,16 +25,30 @@ def use_all_cpu_cores() -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={max(1, os.cpu_count() or 1)}".strip()
 
 
-def batch_sharding() -> NamedSharding:
-    """Sharding of a leading batch axis over all local devices (1-D mesh ``batch``)."""
+def _mesh(devices: Sequence | None = None) -> Mesh:
+    """A 1-D mesh (axis ``batch``) over ``devices`` (default: all local devices)."""
     from jaxsim._jax import ensure_x64
 
     ensure_x64()
     import jax
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import Mesh
 
-    return NamedSharding(Mesh(np.array(jax.local_devices()), ("batch",)), PartitionSpec("batch"))
+    return Mesh(np.array(list(devices or jax.local_devices())), ("batch",))
+
+
+def batch_sharding(devices: Sequence | None = None) -> NamedSharding:
+    """Sharding of a leading batch axis split over ``devices`` (default: all local devices)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(_mesh(devices), PartitionSpec("batch"))
+
+
+def replicated(devices: Sequence | None = None) -> NamedSharding:
+    """A whole copy on each of ``devices`` (default: all local devices), beside :func:`batch_sharding`."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return NamedSharding(_mesh(devices), PartitionSpec())
 
 
 def num_devices() -> int:
@@ -49,6 +63,18 @@ def shard(*arrays):
 
     sh = batch_sharding()
     return tuple(jax.device_put(a, sh) for a in arrays)
+
+
+def shard_if_even(*trees):
+    """Pytrees with one leading (item) axis split over the local devices when its length divides
+    evenly (every CPU core once :func:`use_all_cpu_cores` was called); otherwise returned as they are."""
+    import jax
+
+    n = jax.tree.leaves(trees[0])[0].shape[0]
+    if num_devices() < 2 or n % num_devices():
+        return trees
+    sh = batch_sharding()
+    return tuple(jax.tree.map(lambda x: jax.device_put(x, sh), t) for t in trees)
 
 
 def enable_compilation_cache() -> None:

@@ -18,6 +18,8 @@ import numpy as np
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
+from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.kernels.rounds import (
     RoundTable,
     compile_round_table,
@@ -174,7 +176,7 @@ def _default_batches(cell, table: RoundTable) -> np.ndarray:
 def _padded_call(fn, table: RoundTable, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Call a batched kernel on query columns padded to a power-of-two length (one compile per bucket)."""
     n = int(columns[0].size)
-    size = max(1024, 1 << max(n - 1, 1).bit_length())
+    size = pow2_bucket(n, 1024)
     padded = [jnp.asarray(np.pad(np.asarray(c, dtype=np.int64), (0, size - n), constant_values=1)) for c in columns]
     lat, code = fn(table, *padded)
     return np.asarray(lat)[:n], np.asarray(code)[:n]
@@ -381,24 +383,6 @@ def _need(cols: dict, names: tuple[str, ...], what: str, source: str) -> None:
 
 def _first(cols: dict, names: tuple[str, ...]) -> str | None:
     return next((n for n in names if n in cols), None)
-
-
-def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Points not dominated by another point (both coordinates: larger is better; NaN never on it)."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    out = np.zeros(x.shape, dtype=bool)
-    idx = np.flatnonzero(ok)
-    if idx.size == 0:
-        return out
-    order = idx[np.lexsort((-y[idx], -x[idx]))]  # by x desc, then y desc
-    best = -np.inf
-    for i in order:
-        if y[i] > best:
-            out[i] = True
-            best = y[i]
-    return out
 
 
 def _read_sweep(results: Any, src: str, max_points: int) -> dict[str, np.ndarray]:

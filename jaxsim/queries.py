@@ -25,7 +25,7 @@ from jaxsim.devices import num_devices, shard
 from jaxsim.errors import QueryError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
-from jaxsim.kernels.support import _bucket
+from jaxsim.kernels.buckets import pow2_bucket
 
 QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
 MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
@@ -171,7 +171,7 @@ def _chunked(fn, table, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     n = cols[0].size
     lat = np.empty(n)
     code = np.empty(n, np.int32)
-    size = min(CHUNK, _bucket(n, 256))
+    size = min(CHUNK, pow2_bucket(n, 256))
     size += (-size) % num_devices()
     for start in range(0, n, size):
         stop = min(start + size, n)

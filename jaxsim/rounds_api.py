@@ -15,10 +15,8 @@ def resolve_profile_path(name_or_path: str | Path) -> Path:
     p = Path(name_or_path)
     if p.exists():
         return p
-    try:
-        from jaxsim.data.registry import resolve_profile
-    except ImportError:
-        raise ProfileError(f"{name_or_path}: no such profile directory") from None
+    from jaxsim.data.registry import resolve_profile
+
     return resolve_profile(str(name_or_path))
 
 

@@ -33,7 +33,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from jaxsim import plots
-from jaxsim.sweep import load_spec, run_sweep
+from jaxsim.sweep import load_spec, pareto_mask, run_sweep
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -145,7 +145,7 @@ fig = Figure(figsize=(9, 5.6), dpi=110, layout="constrained")
 ax = fig.subplots()
 ax.scatter(per_user[finite], per_gpu[finite], s=5, c="#d9d9d9", label=f"all evaluated {WORKLOAD} configs", rasterized=True)
 for mask, colour, lw, label in ((ok & same_workload, "#fdae6b", 5, "SLA TTFT ≤ 2 s, TPOT ≤ 50 ms"), (tight, "#08519c", 1.5, "SLA TTFT ≤ 1 s, TPOT ≤ 10 ms")):
-    f = plots.pareto_mask(np.where(mask, per_user, np.nan), np.where(mask, per_gpu, np.nan))
+    f = pareto_mask(np.where(mask, per_user, np.nan), np.where(mask, per_gpu, np.nan))
     o = np.argsort(per_user[f])
     ax.plot(per_user[f][o], per_gpu[f][o], "o-", color=colour, lw=lw, ms=lw + 2, label=f"frontier under {label} ({int(f.sum())} configs)")
 ax.set_xlabel("output tokens/s per user")

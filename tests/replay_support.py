@@ -17,7 +17,7 @@ from jaxsim.kernels.acceptance import pad_rates, rates_from_accepted
 from jaxsim.kernels.capacity import kv_blocks, kv_tokens
 from jaxsim.kernels.rounds import compile_round_table, decode_batch, prefill_batch
 from jaxsim.profile import load_profile_dir
-from jaxsim.replay.batch import common_tables
+from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay.engine import make_params
 from jaxsim.replay.traces import make_trace
 

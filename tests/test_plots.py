@@ -9,13 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as hst
 from typer.testing import CliRunner
 
 from jaxsim import plots
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
+from jaxsim.sweep.frontier import pareto_mask
 
 TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
 AR = TABLES / "ar_core"
@@ -107,30 +106,6 @@ def test_support_summary_counts_every_cell(sd_view):
     for c, name, _, _, why in rows:
         assert name == st.name(c)
         assert (why == st.EXPLAIN[c]) if c >= st.FIRST_UNSUPPORTED else why.startswith("answered")
-
-
-# --- Pareto mask -----------------------------------------------------------------------------------
-
-
-@settings(max_examples=60, deadline=None)
-@given(hst.lists(hst.tuples(hst.integers(0, 20), hst.integers(0, 20)), min_size=1, max_size=40))
-def test_pareto_mask_is_the_non_dominated_set(points):
-    x = np.array([p[0] for p in points], dtype=float)
-    y = np.array([p[1] for p in points], dtype=float)
-    m = plots.pareto_mask(x, y)
-    for i in range(x.size):
-        dominated = np.any((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))
-        if dominated:
-            assert not m[i]
-        else:
-            # a non-dominated point is on the frontier, or an identical point represents it
-            same = (x == x[i]) & (y == y[i])
-            assert m[same].sum() == 1
-
-
-def test_pareto_mask_ignores_nan():
-    m = plots.pareto_mask(np.array([1.0, np.nan, 3.0]), np.array([5.0, 100.0, 1.0]))
-    assert m.tolist() == [True, False, True]
 
 
 # --- plot functions --------------------------------------------------------------------------------
@@ -244,7 +219,7 @@ def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path, monkeypatch):
 
     cols = sweep_columns(n=5000, seed=3)
     ok = cols[plots.SWEEP_FEASIBLE] & np.isfinite(cols[plots.SWEEP_PER_GPU])
-    front = plots.pareto_mask(np.where(ok, cols[plots.SWEEP_PER_USER], np.nan), np.where(ok, cols[plots.SWEEP_PER_GPU], np.nan))
+    front = pareto_mask(np.where(ok, cols[plots.SWEEP_PER_USER], np.nan), np.where(ok, cols[plots.SWEEP_PER_GPU], np.nan))
     cols[plots.SWEEP_ON_PARETO] = front
     path = tmp_path / "big.parquet"
     pq.write_table(pa.table(cols), path, row_group_size=700)

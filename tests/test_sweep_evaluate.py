@@ -72,10 +72,10 @@ M_MAX = 2048
 @pytest.fixture(scope="module")
 def golden():
     """One stack for every test here (golden AR, golden SD K=3, synthetic dense): one compilation."""
-    (ar, ar_sd), (sd, sd_sd) = _golden("ar_core"), _golden("sd_k3")
-    stack = ev.stack_tables([ar, sd, _synthetic_table()])
+    (ar, _), (sd, _) = _golden("ar_core"), _golden("sd_k3")
+    stack = rounds.stack_round_tables([ar, sd, _synthetic_table()])
     rt = ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX)
-    return SimpleNamespace(tables=[ar, sd], sd=[ar_sd, sd_sd, True], stack=stack, rt=rt, sla=ev.Sla.make(2000.0, 60.0, None))
+    return SimpleNamespace(tables=[ar, sd], stack=stack, rt=rt, sla=ev.Sla.make(2000.0, 60.0, None))
 
 
 CHUNK = jax.jit(ev.evaluate_chunk)
@@ -84,7 +84,7 @@ SINGLE = jax.jit(ev.evaluate_config)
 
 def _chunk(g, t: int, disagg: bool, cfgs: ev.ConfigInputs, rt=None, sla=None) -> ev.Metrics:
     i = jnp.int64(t)
-    return CHUNK(g.stack, i, i, jnp.bool_(g.sd[t]), jnp.bool_(g.sd[t]), jnp.bool_(disagg), g.rt if rt is None else rt,
+    return CHUNK(g.stack, i, i, jnp.bool_(disagg), g.rt if rt is None else rt,
                  g.sla if sla is None else sla, cfgs)
 
 
@@ -107,10 +107,9 @@ def test_vmap_equals_loop_of_single_configs(golden, disagg):
     for t, cfgs in ((0, _cfgs(S, rng)), (1, _sd_cfgs(rng, S))):
         batch = _chunk(golden, t, disagg, cfgs)
         tab = ev.take_table(golden.stack, jnp.int64(t))
-        flag = jnp.bool_(golden.sd[t])
         for i in range(S):
             one = jax.tree.map(lambda a: a[i], cfgs)
-            single = SINGLE(tab, tab, flag, flag, jnp.bool_(disagg), golden.rt, golden.sla, one)
+            single = SINGLE(tab, tab, jnp.bool_(disagg), golden.rt, golden.sla, one)
             _assert_same(jax.tree.map(lambda a: a[i], batch), single)
         st = np.asarray(batch.status)
         assert (st < kst.FIRST_UNSUPPORTED).any(), "the sample must hold supported configs"
@@ -118,10 +117,10 @@ def test_vmap_equals_loop_of_single_configs(golden, disagg):
 
 def test_jit_equals_eager(golden):
     cfgs = _sd_cfgs(np.random.default_rng(7), 1, isl=np.full((1, W), 700), osl=np.full((1, W), 90), concurrency=np.array([9]))
-    tab, flag = ev.take_table(golden.stack, jnp.int64(1)), jnp.bool_(True)
+    tab = ev.take_table(golden.stack, jnp.int64(1))
     one = jax.tree.map(lambda a: jnp.asarray(a[0]), cfgs)
-    jitted = SINGLE(tab, tab, flag, flag, jnp.bool_(True), golden.rt, golden.sla, one)
-    eager = ev.evaluate_config(tab, tab, flag, flag, jnp.bool_(True), golden.rt, golden.sla, one)  # op by op
+    jitted = SINGLE(tab, tab, jnp.bool_(True), golden.rt, golden.sla, one)
+    eager = ev.evaluate_config(tab, tab, jnp.bool_(True), golden.rt, golden.sla, one)  # op by op
     assert int(jitted.status) < kst.FIRST_UNSUPPORTED
     _assert_same(jitted, eager, rtol=1e-12)
 

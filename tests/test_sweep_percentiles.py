@@ -78,16 +78,16 @@ def test_percentiles_over_the_mix_decide_feasibility(tmp_path):
 
 
 def test_judge_applies_the_sla_to_a_replayed_distribution():
-    from jaxsim.sweep.spec import SlaSpec
+    from jaxsim.sla import SLA
 
     req = {"terminal": np.array(["completed"] * 10), "ttft_ms": np.arange(1.0, 11.0) * 100, "tpot_ms": np.full(10, 40.0),
            "e2e_ms": np.arange(1.0, 11.0) * 1000}
-    m, ok, why = judge(req, "completed", "", SlaSpec(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
+    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
     assert m["ttft_p90_ms"] == 900.0 and m["tokens_per_s_per_user"] == 25.0 and ok and why == ""
-    m, ok, why = judge(req, "completed", "", SlaSpec(p90_ttft_ms=850.0, min_tokens_per_s_per_user=30.0))
+    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=850.0, min_tokens_per_s_per_user=30.0))
     assert not ok and "p90 TTFT 900.0 ms > 850.0" in why and "25.0 tok/s/user < 30.0" in why
     req["terminal"][3] = "unfinished"
-    m, ok, why = judge(req, "stopped: x", "decode(batch=1, kv=5)", SlaSpec())
+    m, ok, why = judge(req, "stopped: x", "decode(batch=1, kv=5)", SLA())
     assert not ok and "1 of 10 requests not completed" in why and "at decode(batch=1, kv=5)" in why
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -98,6 +99,11 @@ _ROLE = typer.Option(None, help="Worker role: aggregated, prefill or decode.")
 _SYSTEM = typer.Option(None, help="System id (e.g. h200_sxm).")
 _VERSION = typer.Option(None, help="Literal backend version.")
 _QUIET = typer.Option(False, "--quiet", help="Print nothing on success.")
+_IDENTITY = (  # (parameter, type, option) of a deployment's identity inside a profile
+    ("tp", Optional[int], _TP), ("dp", Optional[int], _DP), ("moe_tp", Optional[int], _MOE_TP),
+    ("moe_ep", Optional[int], _MOE_EP), ("role", Optional[str], _ROLE), ("system", Optional[str], _SYSTEM),
+    ("backend_version", Optional[str], _VERSION),
+)
 
 
 def _done(path: Path, quiet: bool) -> None:
@@ -124,48 +130,30 @@ def register(app: typer.Typer) -> None:
     plot_app = typer.Typer(help=PLOT_HELP, no_args_is_help=True)
     app.add_typer(plot_app, name="plot")
 
-    def profile_command(name: str, help_text: str, draw_name: str) -> None:
-        """A figure of one deployment of a profile (decode curves, support map)."""
+    def profile_command(name: str, help_text: str, draw, *extra: tuple[str, Any, Any]) -> None:
+        """A figure of one deployment of a profile: ``draw(plots, view, output, **extra)``; ``extra``
+        (name, type, typer option) parameters stand after OUTPUT, before the identity options."""
 
-        @plot_app.command(name, help=help_text)
-        @guarded
-        def cmd(
-            profile: str = _PROFILE,
-            output: Path = _output_option(),
-            tp: Optional[int] = _TP,
-            dp: Optional[int] = _DP,
-            moe_tp: Optional[int] = _MOE_TP,
-            moe_ep: Optional[int] = _MOE_EP,
-            role: Optional[str] = _ROLE,
-            system: Optional[str] = _SYSTEM,
-            backend_version: Optional[str] = _VERSION,
-            force: bool = _force_option(),
-            quiet: bool = _QUIET,
-        ) -> None:
-            identity = dict(tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
-            _profile_figure(profile, output, force, quiet, identity, lambda plots, view: getattr(plots, draw_name)(view, output))
+        def cmd(**kw) -> None:
+            identity = {k: kw[k] for k, _, _ in _IDENTITY}
+            more = {k: kw[k] for k, _, _ in extra}
+            _profile_figure(kw["profile"], kw["output"], kw["force"], kw["quiet"], identity,
+                            lambda plots, view: draw(plots, view, kw["output"], **more))
 
-    profile_command("curves", CURVES_HELP, "plot_decode_curves")
-    profile_command("support", SUPPORT_HELP, "plot_support_map")
+        params = [("profile", str, _PROFILE), ("output", Path, _output_option()), *extra, *_IDENTITY,
+                  ("force", bool, _force_option()), ("quiet", bool, _QUIET)]
+        cmd.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=t) for n, t, d in params],
+            return_annotation=None,
+        )
+        plot_app.command(name, help=help_text)(guarded(cmd))
 
-    @plot_app.command("prefill", help=PREFILL_HELP)
-    @guarded
-    def prefill_cmd(
-        profile: str = _PROFILE,
-        output: Path = _output_option(),
-        batch: Optional[int] = typer.Option(None, help="Measured prefill batch size to draw (default: the one with most rows)."),
-        tp: Optional[int] = _TP,
-        dp: Optional[int] = _DP,
-        moe_tp: Optional[int] = _MOE_TP,
-        moe_ep: Optional[int] = _MOE_EP,
-        role: Optional[str] = _ROLE,
-        system: Optional[str] = _SYSTEM,
-        backend_version: Optional[str] = _VERSION,
-        force: bool = _force_option(),
-        quiet: bool = _QUIET,
-    ) -> None:
-        identity = dict(tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version)
-        _profile_figure(profile, output, force, quiet, identity, lambda plots, view: plots.plot_prefill_surface(view, output, batch=batch))
+    profile_command("curves", CURVES_HELP, lambda plots, view, output: plots.plot_decode_curves(view, output))
+    profile_command("support", SUPPORT_HELP, lambda plots, view, output: plots.plot_support_map(view, output))
+    profile_command(
+        "prefill", PREFILL_HELP, lambda plots, view, output, batch: plots.plot_prefill_surface(view, output, batch=batch),
+        ("batch", Optional[int], typer.Option(None, help="Measured prefill batch size to draw (default: the one with most rows).")),
+    )
 
     @plot_app.command("pareto", help=PARETO_HELP)
     @guarded

@@ -14,6 +14,7 @@ import typer
 from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic
+from jaxsim.sla import SLA
 
 EXIT_INCOMPLETE = 3
 
@@ -198,7 +199,6 @@ def register(app: typer.Typer) -> None:
         allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support or completed nothing (default: exit 3)."),
     ) -> None:
         from jaxsim.replay.batch import config_from_binding, run_replays
-        from jaxsim.replay.metrics import SLA
         from jaxsim.replay.traces import load_trace
 
         if (config is None) == (sweep is None):
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
             refuse_overwrite(tl_path, force)
         sla = None
         if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
-            sla = SLA(sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)
+            sla = SLA(max_ttft_ms=sla_ttft_ms, max_tpot_ms=sla_tpot_ms, max_e2e_ms=sla_e2e_ms)
         if sweep is not None:
             configs = configs_from_sweep(sweep)
         else:

@@ -87,12 +87,6 @@ def refuse_overwrite(path: Path, force: bool, formats=None) -> None:
     check_output(path, formats, force=force)
 
 
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    from jaxsim.outputs import write_bytes
-
-    write_bytes(path, data)
-
-
 def console():
     """A rich console for result tables: the terminal's width, or 200 columns when piped (rich's
     default of 80 cut tables into 'conf…' cells)."""

@@ -16,6 +16,7 @@ from jaxsim.acceptance_rates import (  # noqa: F401
     normalize_rates,
     pad_rates,
     rates_from_accepted,
+    tail_probabilities,
 )
 
 
@@ -27,10 +28,7 @@ def expected_tokens_per_round(
     P(tokens ≥ j+1) = p_1···p_j for j ≤ K, so E[min(T, R)] = Σ_{j=0}^{min(K, R)-1} Π_{i≤j} p_i with the
     empty product 1. ``remaining_tokens`` ≥ 1.
     """
-    k = jnp.arange(MAX_DRAFT_TOKENS)
-    active = k < num_draft_tokens
-    surv = jnp.cumprod(jnp.where(active, rates, 0.0))  # P(T ≥ k+2)
-    terms = jnp.concatenate([jnp.ones(1), surv])  # P(T ≥ j+1), j = 0..5
+    terms = tail_probabilities(rates, num_draft_tokens, jnp)  # P(T ≥ j+1), j = 0..5
     j = jnp.arange(MAX_DRAFT_TOKENS + 1)
     return jnp.sum(jnp.where(j < jnp.minimum(num_draft_tokens + 1, remaining_tokens), terms, 0.0))
 

@@ -77,6 +77,12 @@ def kv_tokens(kv_bytes: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""]) 
     return jnp.floor_divide(kv_bytes, jnp.maximum(kv_bytes_per_token, 1))
 
 
+def blocks_for(tokens: Int64[Array, "*N"], block_size) -> Int64[Array, "*N"]:
+    """Blocks that hold ``tokens`` tokens: ⌈tokens / block_size⌉ (block_size ≥ 1). Plain integer array
+    arithmetic: numpy in, numpy out; traced in, traced out."""
+    return (tokens + block_size - 1) // block_size
+
+
 def kv_blocks(tokens: Int64[Array, ""], block_size: Int64[Array, ""]) -> Int64[Array, ""]:
     """Whole scheduler blocks: ⌊tokens / block_size⌋ (−1 when block_size ≤ 0)."""
     return jnp.where(block_size > 0, jnp.floor_divide(tokens, jnp.maximum(block_size, 1)), -1)
@@ -89,8 +95,7 @@ def request_blocks(
 
     ``lookahead_tokens`` is K+1 when speculating (the slots reserved before a round), else 0.
     """
-    b = jnp.maximum(block_size, 1)
-    return jnp.floor_divide(isl + osl + lookahead_tokens + b - 1, b)
+    return blocks_for(isl + osl + lookahead_tokens, jnp.maximum(block_size, 1))
 
 
 def grouped_request_bytes(
@@ -107,10 +112,17 @@ def grouped_request_bytes(
     groups have page_bytes 0. ``window_tokens`` 0 means full attention.
     """
     b = jnp.maximum(block_tokens, 1)
-    full = jnp.floor_divide(length_tokens + b - 1, b)
-    windowed = jnp.minimum(full, jnp.floor_divide(window_tokens + step_tokens - 1 + b - 1, b) + 1)
+    full = blocks_for(length_tokens, b)
+    windowed = jnp.minimum(full, blocks_for(window_tokens + step_tokens - 1, b) + 1)
     pages = jnp.where(window_tokens > 0, windowed, full)
     return jnp.sum(pages * page_bytes)
+
+
+def kv_transfer_ms(isl: Int64[Array, "*N"], kv_bytes_per_token, bytes_per_s) -> Float64[Array, "*N"]:
+    """Prefill → decode KV hand-off of a prompt of ``isl`` tokens (ms): each rank sends its rank-local
+    share over its own link. Plain array arithmetic: numpy arrays in, numpy out (the replay's host-side
+    arrival times); traced arrays in, traced out (the sweep model)."""
+    return isl.astype("float64") * kv_bytes_per_token / bytes_per_s * 1e3
 
 
 def max_concurrency(kv_blocks_: Int64[Array, ""], request_blocks_: Int64[Array, ""], max_batch_size: Int64[Array, ""]) -> Int64[Array, ""]:

@@ -16,10 +16,10 @@ from jaxtyping import Array, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
+from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.support import (
     DecodeSupport,
     PrefillSupport,
-    _bucket,
     compile_decode,
     compile_prefill,
 )
@@ -93,14 +93,14 @@ def compile_round_table(cell, *, speculative: bool = False, num_draft_tokens: in
 
 
 def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num_draft_tokens: int) -> RoundTable:
-    m = _bucket(dec.kv_grid.size)
-    c = _bucket(dec.curve_batch.size, 4)
-    u = _bucket(dec.packed.shape[0], 4)
-    b = _bucket(dec.row_of_batch.size, 64)
-    nb = _bucket(pre.tok_grid.shape[0], 4)
-    pt = _bucket(pre.tok_grid.shape[1], 4)
-    pk = _bucket(pre.kv_grid.shape[1], 4)
-    bp = _bucket(pre.batch_index.size, 64)
+    m = pow2_bucket(dec.kv_grid.size, 8)
+    c = pow2_bucket(dec.curve_batch.size, 4)
+    u = pow2_bucket(dec.packed.shape[0], 4)
+    b = pow2_bucket(dec.row_of_batch.size, 64)
+    nb = pow2_bucket(pre.tok_grid.shape[0], 4)
+    pt = pow2_bucket(pre.tok_grid.shape[1], 4)
+    pk = pow2_bucket(pre.kv_grid.shape[1], 4)
+    bp = pow2_bucket(pre.batch_index.size, 64)
     parts = {
         "kv_grid": (dec.kv_grid, (m,)),
         "n_kv": (np.int32(dec.kv_grid.size), ()),
@@ -148,13 +148,19 @@ def common_shapes(tables) -> dict[str, tuple[int, ...]]:
     return {f: tuple(max(s[f][i] for s in shapes) for i in range(len(shapes[0][f]))) for f in PAD_FILL}
 
 
+def common_tables(tables) -> list[RoundTable]:
+    """Tables padded to their elementwise-largest shapes (lookups unchanged) with the static fields
+    reset to AR/0, so they share one compilation: the sweep and the replay engine take the draft
+    depth as traced data and price passes with explicit lookups."""
+    target = common_shapes(tables)
+    return [pad_round_table(t, target, speculative=False, num_draft_tokens=0) for t in tables]
+
+
 def stack_round_tables(tables) -> RoundTable:
-    """Pad tables to common shapes and stack them on a leading axis (static fields reset to AR/0)."""
+    """:func:`common_tables` stacked on a leading axis."""
     if not tables:
         raise ValueError("stack_round_tables needs at least one table")
-    target = common_shapes(tables)
-    padded = [pad_round_table(t, target, speculative=False, num_draft_tokens=0) for t in tables]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *padded)
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *common_tables(tables))
 
 
 def _count_le(flat: Int64[Array, " N"], start, width: int, x: Int64[Array, ""]):

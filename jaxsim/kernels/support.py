@@ -28,12 +28,6 @@ _LO_BITS = 12
 _MAX_CURVES = (1 << _LO_BITS) - 1
 
 
-def _bucket(n: int, minimum: int = 8) -> int:
-    """Round a size up to a power of two so similar tables share one compilation."""
-    n = max(int(n), minimum)
-    return 1 << (n - 1).bit_length()
-
-
 @dataclass(frozen=True)
 class DecodeSupport:
     """Flat decode lookup arrays (numpy, unpadded sizes in ``n_*``)."""

@@ -12,18 +12,18 @@ Typical use::
 """
 
 from jaxsim.replay.batch import (
-    ReplayConfig, ReplayOutcome, WorkerPool, common_tables, config_from_binding, replay_batch, replay_many, run_replays,
+    ReplayConfig, ReplayOutcome, WorkerPool, config_from_binding, replay_batch, replay_many, run_replays,
     stack_params,
 )
 from jaxsim.replay.engine import (
     EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay, replay_jit, replay_stack, status_name,
 )
-from jaxsim.replay.metrics import SLA, aggregate, per_request, timeline_table
+from jaxsim.replay.metrics import aggregate, per_request, timeline_table
 from jaxsim.replay.traces import Trace, gamma_trace, list_traces, load_trace, make_trace, poisson_trace
 
 __all__ = [
-    "EngineParams", "ReplayConfig", "ReplayOutcome", "ReplayResult", "Requests", "SLA", "Trace", "WorkerPool",
-    "aggregate", "common_tables", "config_from_binding", "gamma_trace", "is_stochastic", "list_traces", "load_trace",
+    "EngineParams", "ReplayConfig", "ReplayOutcome", "ReplayResult", "Requests", "Trace", "WorkerPool",
+    "aggregate", "config_from_binding", "gamma_trace", "is_stochastic", "list_traces", "load_trace",
     "make_params", "make_trace", "per_request", "poisson_trace", "replay", "replay_batch", "replay_jit", "replay_many",
     "replay_stack", "run_replays", "stack_params", "status_name", "timeline_table",
 ]

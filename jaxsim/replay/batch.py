@@ -18,10 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim._jax import ensure_x64
+from jaxsim.devices import shard_if_even
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
-from jaxsim.kernels.rounds import RoundTable, common_shapes
-from jaxsim.kernels.rounds import pad_round_table as _pad_round_table
+from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
+from jaxsim.kernels.rounds import RoundTable, common_tables
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
     COMPLETED,
@@ -36,18 +37,6 @@ from jaxsim.replay.engine import (
     status_name,
 )
 from jaxsim.replay.traces import Trace, request_bucket
-
-
-def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]]) -> RoundTable:
-    """``t`` padded to ``shapes`` (lookups unchanged) with the static fields reset: the replay engine
-    takes the draft depth as a traced parameter and prices passes with explicit lookups."""
-    return _pad_round_table(t, shapes, speculative=False, num_draft_tokens=0)
-
-
-def common_tables(tables: Sequence[RoundTable]) -> list[RoundTable]:
-    """Pad tables to their elementwise-largest shapes (one compilation for all of them)."""
-    target = common_shapes(tables)
-    return [pad_round_table(t, target) for t in tables]
 
 
 def stack_params(params: Sequence[EngineParams]) -> EngineParams:
@@ -68,17 +57,7 @@ replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) item
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
 
 
-def _place(*trees):
-    """Split the leading (item) axis over the local devices when it divides evenly (every CPU core
-    when :func:`jaxsim.devices.use_all_cpu_cores` was called first); otherwise leave as is."""
-    devices = jax.local_devices()
-    n = jax.tree.leaves(trees[0])[0].shape[0]
-    if len(devices) < 2 or n % len(devices):
-        return trees
-    from jaxsim.devices import batch_sharding
-
-    sh = batch_sharding()
-    return tuple(jax.tree.map(lambda x: jax.device_put(x, sh), t) for t in trees)
+_place = shard_if_even  # split the leading (item) axis over the local devices when it divides evenly
 
 
 def stack_requests(requests: Sequence[Requests]) -> Requests:
@@ -199,7 +178,7 @@ class ReplayConfig:
         inp = np.asarray(input_tokens, np.int64)
         out = np.full(inp.shape, "", dtype=object)
         for role, pool in zip(("",) if self.aggregated is not None else ("prefill ", "decode "), self.pools):
-            blocks = (inp + pool.block_size - 1) // pool.block_size
+            blocks = blocks_for(inp, pool.block_size)
             too_long = (inp >= pool.max_model_len) & (out == "")
             for i in np.flatnonzero(too_long):
                 out[i] = f"{role}prompt of {int(inp[i]):,} tokens >= max_model_len {pool.max_model_len:,}"
@@ -384,7 +363,7 @@ def run_replays(
         parts, lo, k = plan[j]
         pre = _gather(parts, res1[lo: lo + k], n)
         ready = pre["terminal"] == DONE
-        xfer = inp.astype(np.float64) * float(c.kv_bytes_per_token) / float(c.kv_transfer_bytes_per_s) * 1000.0
+        xfer = kv_transfer_ms(inp, float(c.kv_bytes_per_token), float(c.kv_transfer_bytes_per_s))
         arr2 = np.where(ready, pre["last_token_ms"] + xfer, np.inf)
         order = np.argsort(arr2, kind="stable")
         order = order[np.isfinite(arr2[order])]

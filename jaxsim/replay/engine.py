@@ -38,6 +38,8 @@ from jaxtyping import Array, Bool, Float64, Int32, Int64
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
+from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.capacity import blocks_for
 from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, prefill_latency_ms
 
 # replay status codes (registered in jaxsim.kernels.status, 64–79); a replay stopped by a lookup outside
@@ -143,8 +145,7 @@ _FIRST, _SECOND, _LAST, _GAPSQ = range(4)
 _MAT, _DONE, _RECOMP = 1, 2, 4  # flag bits (_RECOMP: preempted, recomputing until it emits again)
 
 
-def _blocks(tokens, block_size):
-    return (tokens + block_size - 1) // block_size
+_blocks = blocks_for  # ⌈tokens / block_size⌉
 
 
 def _cumsum_excl(x):
@@ -513,4 +514,4 @@ def is_stochastic(accept_rates) -> bool:
 
 def slot_bucket(max_num_seqs: int) -> int:
     """Static running-list capacity for ``max_num_seqs`` (powers of two, at least 8)."""
-    return max(8, 1 << max(0, int(max_num_seqs) - 1).bit_length())
+    return pow2_bucket(max_num_seqs, 8)

@@ -10,32 +10,15 @@ speculative burst are 0) are given as mean/std; goodput counts completed request
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
 
-from jaxsim.errors import InputError
 from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, TIMELINE_FIELDS, ReplayResult
+from jaxsim.sla import SLA
 
 PERCENTILES = (("median", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
 LATENCY_METRICS = ("ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms")
-
-
-@dataclass(frozen=True)
-class SLA:
-    """Service-level targets (None = unconstrained); a request meets the SLA when it completed and every
-    set bound holds."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-
-    def __post_init__(self):
-        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            v = getattr(self, name)
-            if v is not None and not (math.isfinite(v) and v > 0):
-                raise InputError(f"SLA {name}={v!r} must be a positive finite number")
 
 
 def per_request(
@@ -133,12 +116,10 @@ def aggregate(req: Mapping[str, np.ndarray], sla: SLA | None = None) -> dict[str
     out["preemptions"] = float(req["preemptions"].sum())
     out["decode_rounds"] = float(req["decode_rounds"].sum())
     if sla is not None:
-        ok = done.copy()
-        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            bound = getattr(sla, name)
-            if bound is not None:
-                v = req[name]
-                ok &= np.where(np.isnan(v), name == "tpot_ms", v <= bound)
+        ok = done.copy()  # a request meets the SLA when it completed and each of its own latencies does
+        for name, bound in sla.request_limits().items():
+            v = req[name]
+            ok &= np.where(np.isnan(v), name == "tpot_ms", v <= bound)
         out["goodput_requests"] = float(ok.sum())
         out["goodput_rps"] = float(ok.sum()) / secs
         out["goodput_fraction"] = float(ok.sum()) / arr.size if arr.size else float("nan")

@@ -27,6 +27,7 @@ import pyarrow.json as pajson
 
 from jaxsim import limits
 from jaxsim.errors import QueryError
+from jaxsim.kernels.buckets import pow2_bucket
 
 FORMATS = ("azure", "mooncake", "csv", "jsonl")
 _BUNDLED = {
@@ -93,8 +94,9 @@ class Trace:
 
 
 def request_bucket(n: int, minimum: int = 16) -> int:
-    """Padded request capacity: the next power of two (so similar traces share one compilation)."""
-    return max(int(minimum), 1 << max(0, int(n) - 1).bit_length())
+    """Padded request capacity: the next power of two, at least ``minimum`` (so similar traces share one
+    compilation)."""
+    return pow2_bucket(n, minimum)
 
 
 def make_trace(name: str, arrival_ms, input_tokens, output_tokens, *, source: str = "", rebase: bool = True) -> Trace:

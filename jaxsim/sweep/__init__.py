@@ -5,8 +5,9 @@
 * :mod:`jaxsim.sweep.run`: chunked, sharded, resumable streaming to parquet/CSV, Pareto frontier.
 """
 
-from jaxsim.sweep.evaluate import ConfigInputs, Metrics, Sla, evaluate_chunk, evaluate_config, expected_rounds, stack_tables
-from jaxsim.sweep.run import OutputExistsError, SweepResult, pareto_mask, run_sweep
+from jaxsim.sweep.evaluate import ConfigInputs, Metrics, Sla, evaluate_chunk, evaluate_config, expected_rounds
+from jaxsim.sweep.frontier import pareto_mask
+from jaxsim.sweep.run import OutputExistsError, SweepResult, run_sweep
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep, spec_from_dict
 
 __all__ = [
@@ -26,5 +27,4 @@ __all__ = [
     "plan_sweep",
     "run_sweep",
     "spec_from_dict",
-    "stack_tables",
 ]

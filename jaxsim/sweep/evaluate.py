@@ -3,7 +3,7 @@
 :func:`evaluate_config` is written for ONE configuration (its scheduler, pool, acceptance and workload as
 arrays) against one prefill and one decode :class:`~jaxsim.kernels.rounds.RoundTable`; :func:`evaluate_chunk`
 vmaps it over a chunk whose configurations share their tables, which it slices by integer index from one
-stacked pytree (:func:`stack_tables`), so a whole sweep compiles once. Every latency comes from the
+stacked pytree (:func:`~jaxsim.kernels.rounds.stack_round_tables`), so a whole sweep compiles once. Every latency comes from the
 compiled round kernels; a configuration that needs a lookup outside measured support gets that lookup's
 refusal status code (:mod:`jaxsim.kernels.status`) and NaN metrics, never an extrapolated value. The model is written down in
 ``docs/sweep.md``.
@@ -11,7 +11,6 @@ refusal status code (:mod:`jaxsim.kernels.status`) and NaN metrics, never an ext
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import equinox as eqx
 import jax
@@ -23,18 +22,17 @@ from jaxsim._jax import ensure_x64
 from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
+from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
 from jaxsim.kernels.status import (  # the sweep's own refusals (registered there, 48–63)
     PROMPT_EXCEEDS_PREFILL_POOL,
     REQUEST_EXCEEDS_CONTEXT,
     REQUEST_EXCEEDS_KV_POOL,
     TOKEN_BUDGET_TOO_SMALL,
 )
-from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS
 from jaxsim.kernels.rounds import (
     RoundTable,
     decode_latency_ms,
     scheduler_pass_latency_ms,
-    stack_round_tables,
 )
 
 # What bounds the effective concurrency.
@@ -161,24 +159,9 @@ class Metrics(eqx.Module):
 # tables
 
 
-# Fill value of every RoundTable leaf: padding must read as "no measured support".
-def stack_tables(tables: Sequence[RoundTable]) -> RoundTable:
-    """Pad tables to common shapes and stack them on a leading axis (static fields reset to AR/0)."""
-    return stack_round_tables(list(tables))
-
-
 def take_table(stack: RoundTable, index: Int64[Array, ""]) -> RoundTable:
     """Table ``index`` of a stack (a dynamic slice; index unbatched)."""
     return jax.tree.map(lambda a: a[index], stack)
-
-
-def pass_latency_ms(
-    t: RoundTable, speculative: Bool[Array, ""], num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv
-) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
-    """One scheduler pass (prefill chunks + decode rounds): the prefill lookup plus the decode (or
-    measured-round) lookup, as the reference's replay engine prices a pass, for either table kind."""
-    del speculative
-    return scheduler_pass_latency_ms(t, num_prefill, prefill_tokens, prefill_kv, num_decode, decode_kv)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -192,9 +175,7 @@ def expected_rounds(rates: Float64[Array, " 5"], nextn: Int64[Array, ""], max_to
     output; the cap ends the last round early but never changes the count, so
     f(m) = 1 + Σ_t P(T = t) f(m − t), f(m ≤ 0) = 0. K = 0 gives f(m) = m.
     """
-    k = jnp.arange(MAX_DRAFT_TOKENS)
-    surv = jnp.cumprod(jnp.where(k < nextn, rates, 0.0))
-    ge = jnp.concatenate([jnp.ones(1), surv])  # P(T ≥ t), t = 1..6
+    ge = tail_probabilities(rates, nextn, jnp)  # P(T ≥ t), t = 1..6
     p_t = ge - jnp.concatenate([ge[1:], jnp.zeros(1)])
 
     def step(carry, _):
@@ -242,7 +223,6 @@ def decode_round_ms_at(
 
 def prompt_prefill_ms(
     t: RoundTable,
-    speculative: Bool[Array, ""],
     isl: Int64[Array, " W"],
     chunk_tokens: Int64[Array, ""],
     num_decode: Int64[Array, ""],
@@ -269,16 +249,11 @@ def prompt_prefill_ms(
     kvs = jnp.concatenate([kv_read, (full * chunk)[:, None]], axis=1)
     wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 3]
     one = jnp.ones(toks.size, jnp.int64)
-    flat = jax.vmap(pass_latency_ms, in_axes=(None, None, 0, 0, 0, None, None))
-    lat, code = flat(t, speculative, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
+    flat = jax.vmap(scheduler_pass_latency_ms, in_axes=(None, 0, 0, 0, None, None))
+    lat, code = flat(t, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
     lat, code = lat.reshape(toks.shape), code.reshape(toks.shape)
     used = (wts > 0) & live[:, None]
     return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), worst_status(code, used)
-
-
-def kv_transfer_ms(isl: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""], bytes_per_s: Float64[Array, ""]) -> Float64[Array, ""]:
-    """Prefill → decode KV hand-off of one prompt: each rank sends its rank-local share over its own link."""
-    return isl.astype(jnp.float64) * kv_bytes_per_token / bytes_per_s * 1e3
 
 
 def _share(w, x):
@@ -317,8 +292,6 @@ def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
 def evaluate_config(
     prefill_table: RoundTable,
     decode_table: RoundTable,
-    prefill_speculative: Bool[Array, ""],
-    decode_speculative: Bool[Array, ""],
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
     sla: Sla,
@@ -359,7 +332,7 @@ def evaluate_config(
     kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
     round_full, code_full = decode_round_ms_at(decode_table, n, kv_q)
     mixed_kv = jnp.round(n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64)
-    prompt_w, pcode = prompt_prefill_ms(prefill_table, prefill_speculative, cfg.isl, chunk, n_mixed, mixed_kv, live)
+    prompt_w, pcode = prompt_prefill_ms(prefill_table, cfg.isl, chunk, n_mixed, mixed_kv, live)
 
     # aggregated: the mean pass sets throughput; a decoding request sees passes weighted by its peers
     mixed_bar = jnp.sum(w * prompt_w) / jnp.maximum(c_bar, 1e-300)
@@ -384,9 +357,9 @@ def evaluate_config(
     )
     round_dis = jnp.where(feed_bound, round_eff, round_full)
     rate_dis = jnp.minimum(rate_prefill, rate_decode)
-    xfer_w = kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
+    xfer_w = capacity.kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
     wait_dis = y * (cfg.concurrency - n_eff) / rate_dis
-    prompt_blocks = (cfg.isl + cfg.block_size - 1) // jnp.maximum(cfg.block_size, 1)
+    prompt_blocks = capacity.blocks_for(cfg.isl, jnp.maximum(cfg.block_size, 1))
     code_dis = worse_status(
         jnp.where(feed_bound, code_eff, code_full),
         jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
@@ -450,8 +423,6 @@ def evaluate_chunk(
     stack: RoundTable,
     prefill_index: Int64[Array, ""],
     decode_index: Int64[Array, ""],
-    prefill_speculative: Bool[Array, ""],
-    decode_speculative: Bool[Array, ""],
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
     sla: Sla,
@@ -461,8 +432,5 @@ def evaluate_chunk(
     ensure_x64()
     pt = take_table(stack, prefill_index)
     dt = take_table(stack, decode_index)
-    fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, None, None, 0))
-    return fn(pt, dt, prefill_speculative, decode_speculative, disaggregated, rounds_table, sla, cfgs)
-
-
-evaluate_chunk_jit = jax.jit(evaluate_chunk)
+    fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, 0))
+    return fn(pt, dt, disaggregated, rounds_table, sla, cfgs)

@@ -30,13 +30,16 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.feather  # noqa: F401  (pa.feather)
 import pyarrow.parquet as pq
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import jaxsim
 from jaxsim._jax import ensure_x64
+from jaxsim.devices import batch_sharding, replicated
 from jaxsim.errors import JaxsimError
+from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.rounds import stack_round_tables
 from jaxsim.outputs import publish, temp_path
 from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep
 
 DEFAULT_CHUNK_SIZE = 1 << 16
@@ -90,20 +93,13 @@ class SweepResult:
 # device placement
 
 
-def _mesh(devices: Sequence | None = None) -> Mesh:
-    return Mesh(np.array(list(devices or jax.local_devices())), ("configs",))
-
-
 def chunk_size_for(plan: SweepPlan, requested: int, num_devices: int) -> int:
     """Effective chunk size: the requested one, shrunk (power of two ≥ 256) for small sweeps, a multiple
     of the device count."""
     if requested < 1:
         raise SpecError(f"chunk size must be >= 1 (got {requested})")
     largest = max((hi - lo for lo, hi, *_ in plan.groups), default=1)
-    size = MIN_CHUNK_SIZE
-    while size < min(requested, largest):
-        size *= 2
-    size = min(size, max(requested, 1))
+    size = min(pow2_bucket(min(requested, largest), MIN_CHUNK_SIZE), max(requested, 1))
     return max(num_devices, -(-size // num_devices) * num_devices)
 
 
@@ -113,15 +109,13 @@ class Evaluator:
     def __init__(self, plan: SweepPlan, chunk_size: int, devices: Sequence | None = None):
         self.plan = plan
         self.size = chunk_size
-        self.mesh = _mesh(devices)
-        self.rep = NamedSharding(self.mesh, PartitionSpec())
-        self.split = NamedSharding(self.mesh, PartitionSpec("configs"))
+        self.rep = replicated(devices)
+        self.split = batch_sharding(devices)
         put = lambda x: jax.device_put(x, self.rep)  # noqa: E731
-        self.stack = put(ev.stack_tables(plan.tables)) if plan.tables else None
+        self.stack = put(stack_round_tables(plan.tables)) if plan.tables else None
         self.rounds = put(plan.rounds_table()) if plan.tables else None
         s = plan.spec.sla
         self.sla = put(ev.Sla.make(**s.limits()))
-        self.sd = plan.table_speculative
         self.compiled = None
         self.compile_s = 0.0
         self.compiles = 0
@@ -129,7 +123,7 @@ class Evaluator:
     def _args(self, group: int, idx: np.ndarray):
         _, _, p, d, disagg = self.plan.groups[group]
         cfg = jax.device_put(self.plan.inputs(idx), self.split)
-        scal = [jax.device_put(v, self.rep) for v in (np.int64(p), np.int64(d), np.bool_(self.sd[p]), np.bool_(self.sd[d]), np.bool_(disagg))]
+        scal = [jax.device_put(v, self.rep) for v in (np.int64(p), np.int64(d), np.bool_(disagg))]
         return (self.stack, *scal, self.rounds, self.sla, cfg)
 
     def dispatch(self, group: int, start: int, stop: int):
@@ -171,22 +165,6 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics) -> pa.Tab
     out["total_output_tokens_per_s"] = pa.array(met["output_tokens_per_s_per_gpu"] * cols["gpus"] * cols["replicas"])
     out["sla_ok"] = pa.array(met["sla_ok"].astype(bool))
     return pa.table(out)
-
-
-def pareto_mask(x: np.ndarray, y: np.ndarray, ids: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
-    """Points not dominated in (x, y) (both maximized) within their group; exact duplicates keep the
-    smallest id."""
-    groups = np.zeros(x.size, np.int64) if groups is None else np.asarray(groups)
-    order = np.lexsort((ids, -y, -x, groups))
-    keep = np.zeros(x.size, bool)
-    best, current = -np.inf, None
-    for i in order:
-        if groups[i] != current:
-            current, best = groups[i], -np.inf
-        if y[i] > best:
-            keep[i] = True
-            best = y[i]
-    return keep
 
 
 def top_mask(y: np.ndarray, ids: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:

@@ -32,8 +32,10 @@ from jaxsim._jax import ensure_x64
 from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels import acceptance as acc
+from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES
+from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
 MODES = ("aggregated", "disaggregated")
@@ -100,32 +102,6 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class SlaSpec:
-    """``[sla]``: mean limits, and percentile limits over the workload mix (``p90_ttft_ms``, ...)."""
-
-    max_ttft_ms: float | None = None
-    max_tpot_ms: float | None = None
-    min_tokens_per_s_per_user: float | None = None
-    max_e2e_ms: float | None = None
-    p50_ttft_ms: float | None = None
-    p90_ttft_ms: float | None = None
-    p99_ttft_ms: float | None = None
-    p50_tpot_ms: float | None = None
-    p90_tpot_ms: float | None = None
-    p99_tpot_ms: float | None = None
-    p50_e2e_ms: float | None = None
-    p90_e2e_ms: float | None = None
-    p99_e2e_ms: float | None = None
-
-    def limits(self) -> dict:
-        """The stated limits (keyword arguments of :meth:`jaxsim.sweep.evaluate.Sla.make`)."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__ if getattr(self, k) is not None}
-
-    def percentile_limits(self) -> dict:
-        return {k: v for k, v in self.limits().items() if k.startswith("p")}
-
-
-@dataclass(frozen=True)
 class SweepSpec:
     """A parsed sweep spec (axes are tuples; see docs/sweep.md)."""
 
@@ -139,7 +115,7 @@ class SweepSpec:
     max_num_seqs: tuple[int | None, ...]
     max_num_batched_tokens: tuple[int | None, ...]
     workloads: tuple[Workload, ...]
-    sla: SlaSpec
+    sla: SLA
     gpu_budget: int | None
     block_size: int
     kv_transfer_gbps: float | None
@@ -284,7 +260,7 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
         max_num_seqs=recorded(sch.get("max_num_seqs", (RECORDED,))),
         max_num_batched_tokens=recorded(sch.get("max_num_batched_tokens", (RECORDED,))),
         workloads=workloads,
-        sla=SlaSpec(**d.get("sla", {})),
+        sla=SLA(**d.get("sla", {})),
         gpu_budget=d.get("gpu_budget"),
         block_size=d.get("block_size", DEFAULT_BLOCK_SIZE),
         kv_transfer_gbps=d.get("kv_transfer_gbps"),
@@ -330,7 +306,7 @@ _SPEC = sc.Table({
         "bins": sc.Field(sc.Int(lo=1, hi=8), default=3),
     }, _workload), min_len=1, empty="give at least one [[workload]] table"), required="give at least one [[workload]] table"),
     "sla": sc.Field(sc.Table({k: sc.Field(sc.Num(finite=True, ge=0.0)) if k == "min_tokens_per_s_per_user" else _SLA_MS
-                              for k in SlaSpec.__dataclass_fields__})),
+                              for k in SLA.__dataclass_fields__})),
 }, _make_spec)
 
 
@@ -392,7 +368,6 @@ class SweepPlan:
     accepted_mean: np.ndarray  # [A] expected accepted drafts per round
     link_bytes_per_s: np.ndarray  # [B]
     tables: list[RoundTable]
-    table_speculative: np.ndarray
     groups: list[tuple[int, int, int, int, bool]]  # (first config, end config, prefill table, decode table, disagg)
     invalid: list[Invalid]
     wl_isl: np.ndarray  # [nW, W]
@@ -425,9 +400,7 @@ class SweepPlan:
 
     def rounds_table(self) -> jnp.ndarray:
         """Expected rounds per acceptance setting up to the longest output (bucketed to a power of two)."""
-        m = 64
-        while m < self.max_output_tokens:
-            m *= 2
+        m = pow2_bucket(self.max_output_tokens, 64)
         return ev.expected_rounds_table(jnp.asarray(self.rates), jnp.asarray(self.rates_nextn), m)
 
     def decode_index(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -546,14 +519,12 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
     links: list[float] = []
     table_ids: dict[int, int] = {}
     tables: list[RoundTable] = []
-    table_sd: list[bool] = []
 
-    def table_index(t: RoundTable, sd: bool) -> int:
+    def table_index(t: RoundTable) -> int:
         key = id(t)
         if key not in table_ids:
             table_ids[key] = len(tables)
             tables.append(t)
-            table_sd.append(sd)
         return table_ids[key]
 
     n_acc = max(len(spec.acceptance), 1)
@@ -611,8 +582,8 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
                                         kv_blocks=dr.kv.num_gpu_blocks, prefill_kv_blocks=pr.kv.num_gpu_blocks,
                                         block_size=b.block_size, max_model_len=b.context_length,
                                         kv_bytes_per_token=pr.kv_bytes_per_token or 0,
-                                        prefill_table=table_index(pr.table, pr.is_speculative),
-                                        decode_table=table_index(dr.table, dr.is_speculative), group=0,
+                                        prefill_table=table_index(pr.table),
+                                        decode_table=table_index(dr.table), group=0,
                                         data_source=DATA_SOURCES.index(prof.source),
                                     ))
                                     links.append(float(b.kv_transfer_bytes_per_s or 1.0))
@@ -639,7 +610,6 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
     wl_w = np.array([list(w.weight) + [0.0] * (wmax - len(w.weight)) for w in spec.workloads], np.float64)
     rates = np.array([list(r) for _, r in acc_rows], np.float64)
     rates_k = np.array([k for k, _ in acc_rows], np.int64)
-    surv = np.cumprod(np.where(np.arange(acc.MAX_DRAFT_TOKENS)[None, :] < rates_k[:, None], rates, 0.0), axis=1)
     inv = [Invalid(rule, n_b, n_c, ex) for rule, (n_b, n_c, ex) in invalid.items()]
     return SweepPlan(
         spec=spec,
@@ -647,10 +617,9 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
         bindings=bindings,
         rates=rates,
         rates_nextn=rates_k,
-        accepted_mean=surv.sum(axis=1),
+        accepted_mean=acc.tail_probabilities(rates, rates_k)[:, 1:].sum(axis=1),
         link_bytes_per_s=np.asarray(links, np.float64),
         tables=tables,
-        table_speculative=np.asarray(table_sd, bool),
         groups=groups,
         invalid=inv,
         wl_isl=wl_isl,

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from jaxsim.replay.batch import ReplayConfig, WorkerPool, run_replays
 from jaxsim.replay.traces import Trace
-from jaxsim.sweep.spec import SlaSpec, SweepPlan
+from jaxsim.sla import SLA
+from jaxsim.sweep.spec import SweepPlan
 
 PCT = (50, 90, 99)
 
@@ -58,7 +59,7 @@ def pick_top(top: pa.Table, n: int) -> list[tuple[str, int]]:
     return [(w, i) for w, ids in out.items() for i in ids]
 
 
-def judge(requests: dict, status_text: str, failure: str, sla: SlaSpec) -> tuple[dict, bool, str]:
+def judge(requests: dict, status_text: str, failure: str, sla: SLA) -> tuple[dict, bool, str]:
     """Replayed metrics of one configuration, whether they meet ``sla``, and why not."""
     done = requests["terminal"] == "completed"
     n = done.size
