@@ -199,3 +199,60 @@ def test_cli_replay_bounds_checked_before_work(golden_setup, tmp_path, args, msg
     r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), *args])
     assert r.exit_code == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
     assert not out.exists()
+
+
+def test_sweep_replay_gives_the_prefill_pool_its_own_max_num_seqs(tmp_path):
+    """replay --sweep builds a disaggregated deployment like a replay of its config: the prefill pool
+    keeps the prefill role's max_num_seqs (the sweep's max_num_seqs axis sets the decode role's)."""
+    from jaxsim.binding import bind
+    from jaxsim.cli.cmd_replay import configs_from_sweep
+    from jaxsim.config import config_from_dict
+    from jaxsim.data.registry import profiles_root
+    from jaxsim.replay.batch import config_from_binding
+
+    # a declared-memory copy of the bundled AR profile, so max_num_seqs may differ from the recorded one
+    prof = tmp_path / "prof"
+    shutil.copytree(profiles_root() / "qwen3-32b-bf16-b300", prof)
+    doc = json.loads((prof / "profile.json").read_text())
+    res = doc["deployments"][0]["resources"]
+    res.pop("runtime_memory")
+    res.update(weights_bytes=64 * 2**30, activations_bytes=4 * 2**30, runtime_overhead_bytes=2 * 2**30, comm_overhead_bytes=0)
+    (prof / "profile.json").write_text(json.dumps(doc))
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f"""
+name = "pd"
+block_size = 16
+kv_transfer_gbps = 50
+[[profile]]
+name = "{prof}"
+tp = [1]
+[serving]
+mode = ["disaggregated"]
+ratios = ["1:1"]
+[scheduler]
+concurrency = [4]
+max_num_seqs = [8]
+max_num_batched_tokens = ["recorded"]
+[[workload]]
+name = "w"
+isl = 100
+osl = 10
+""")
+    [got] = configs_from_sweep(spec)
+    cfg = config_from_dict({
+        "model": doc["model"], "system": "b300_sxm", "profile": str(prof), "mode": "disaggregated", "nextn": 0,
+        "block_size": 16, "kv_transfer_gbps": 50, "backend_version": "0.20.1",
+        "roles": {"prefill": {"tp": 1, "replicas": 1}, "decode": {"tp": 1, "replicas": 1, "max_num_seqs": 8}},
+    }, source="test")
+    want = config_from_binding(bind(cfg))
+    assert (got.decode.max_num_seqs, want.decode.max_num_seqs) == (8, 8)
+    assert got.prefill.max_num_seqs == want.prefill.max_num_seqs == 1024  # the prefill role's recorded envelope
+    from jaxsim.sweep.spec import load_spec, plan_sweep
+    from jaxsim.sweep.verify import replay_config
+
+    verified = replay_config(plan_sweep(load_spec(spec)), 0)  # --verify-top: decode capped at concurrency 4
+    assert (verified.prefill.max_num_seqs, verified.decode.max_num_seqs) == (1024, 4)
+    for pool in ("prefill", "decode"):
+        g, w = getattr(got, pool), getattr(want, pool)
+        assert (g.max_num_batched_tokens, g.block_size, g.num_gpu_blocks, g.replicas) == (
+            w.max_num_batched_tokens, w.block_size, w.num_gpu_blocks, w.replicas)

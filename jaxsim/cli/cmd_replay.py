@@ -56,10 +56,8 @@ _SUMMARY_KEYS = (
 def configs_from_sweep(spec_path: Path):
     """One :class:`~jaxsim.replay.batch.ReplayConfig` per valid binding of a sweep spec (its concurrency
     and workload axes are not used: the trace is the workload)."""
-    import numpy as np
-
-    from jaxsim.replay.batch import ReplayConfig, WorkerPool
     from jaxsim.sweep.spec import load_spec, plan_sweep
+    from jaxsim.sweep.verify import binding_replay_config
 
     plan = plan_sweep(load_spec(spec_path))
     B, labels = plan.bindings, plan.labels
@@ -72,17 +70,7 @@ def configs_from_sweep(spec_path: Path):
             + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
             + f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]} seqs={g('max_num_seqs')} tokens={g('max_num_batched_tokens')}"
         )
-        rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
-        source = labels["data_source"][g("data_source")]
-        dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), g("max_num_seqs"), g("block_size"),
-                         g("kv_blocks"), g("max_model_len"), g("decode_workers") if mode == "disaggregated" else 1)
-        if mode == "aggregated":
-            out.append(ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source))
-        else:
-            pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("max_num_seqs"),
-                             g("block_size"), g("prefill_kv_blocks"), g("max_model_len"), g("prefill_workers"))
-            out.append(ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
-                                    kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source))
+        out.append(binding_replay_config(plan, b, name))
     if not out:
         fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
     return out

@@ -336,7 +336,7 @@ def load_spec(path: str | os.PathLike) -> SweepSpec:
 # integer columns of the per-binding table (one row per valid binding)
 _BINDING_INT = (
     "profile", "system", "mode", "acceptance", "acceptance_id", "prefill_workers", "decode_workers", "prefill_tp", "tp",
-    "gpus", "replicas", "nextn", "max_num_seqs", "max_num_batched_tokens", "prefill_max_num_batched_tokens",
+    "gpus", "replicas", "nextn", "max_num_seqs", "prefill_max_num_seqs", "max_num_batched_tokens", "prefill_max_num_batched_tokens",
     "kv_blocks", "prefill_kv_blocks", "block_size", "max_model_len", "kv_bytes_per_token", "prefill_table",
     "decode_table", "group", "data_source",
 )
@@ -577,7 +577,8 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
                                         acceptance=code("acceptance", a.label if a else "none"), acceptance_id=acc_rows.index(key),
                                         prefill_workers=x, decode_workers=y, prefill_tp=pr.deployment.tp, tp=dr.deployment.tp,
                                         gpus=gpus, replicas=(spec.gpu_budget // gpus) if spec.gpu_budget else 1, nextn=k,
-                                        max_num_seqs=dr.max_num_seqs, max_num_batched_tokens=dr.max_num_batched_tokens,
+                                        max_num_seqs=dr.max_num_seqs, prefill_max_num_seqs=pr.max_num_seqs,
+                                        max_num_batched_tokens=dr.max_num_batched_tokens,
                                         prefill_max_num_batched_tokens=pr.max_num_batched_tokens,
                                         kv_blocks=dr.kv.num_gpu_blocks, prefill_kv_blocks=pr.kv.num_gpu_blocks,
                                         block_size=b.block_size, max_model_len=b.context_length,

@@ -22,6 +22,27 @@ from jaxsim.sweep.spec import SweepPlan
 PCT = (50, 90, 99)
 
 
+def binding_replay_config(plan: SweepPlan, b: int, name: str, *, max_num_seqs_cap: int | None = None,
+                          units: int = 1) -> ReplayConfig:
+    """Binding ``b`` of a sweep plan as a replay deployment: each pool gets its own role's table,
+    envelope (``max_num_seqs`` of the decode or aggregated role capped at ``max_num_seqs_cap``; the
+    prefill role's own, uncapped) and KV pool, and ``units`` serving units' worth of replicas."""
+    B, labels = plan.bindings, plan.labels
+    g = lambda k: int(B[k][b])  # noqa: E731
+    mode = labels["mode"][g("mode")]
+    rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
+    source = labels["data_source"][g("data_source")] if "data_source" in labels else "measured"
+    seqs = g("max_num_seqs") if max_num_seqs_cap is None else min(g("max_num_seqs"), int(max_num_seqs_cap))
+    dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), seqs, g("block_size"), g("kv_blocks"),
+                     g("max_model_len"), units * (g("decode_workers") if mode == "disaggregated" else 1))
+    if mode == "aggregated":
+        return ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source)
+    pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("prefill_max_num_seqs"),
+                     g("block_size"), g("prefill_kv_blocks"), g("max_model_len"), units * g("prefill_workers"))
+    return ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
+                        kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source)
+
+
 def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
     """The deployment of one sweep configuration as a replay: its tables, envelope and KV pools, its
     replicas (gpu_budget // GPUs per unit), and ``max_num_seqs`` capped at its concurrency per worker."""
@@ -32,20 +53,10 @@ def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
     conc = int(plan.spec.concurrency[c])
     mode = labels["mode"][g("mode")]
     reps = max(g("replicas"), 1)
-    seqs = min(g("max_num_seqs"), conc)
     name = (f"#{config_id} {labels['profile'][g('profile')]} tp={g('tp')} {mode}"
             + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
             + (f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]}" if g("nextn") else "") + f" conc={conc} x{reps}")
-    rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
-    source = labels["data_source"][g("data_source")] if "data_source" in labels else "measured"
-    dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), seqs, g("block_size"), g("kv_blocks"),
-                     g("max_model_len"), reps * (g("decode_workers") if mode == "disaggregated" else 1))
-    if mode == "aggregated":
-        return ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source)
-    pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("max_num_seqs"), g("block_size"),
-                     g("prefill_kv_blocks"), g("max_model_len"), reps * g("prefill_workers"))
-    return ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
-                        kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source)
+    return binding_replay_config(plan, b, name, max_num_seqs_cap=conc, units=reps)
 
 
 def pick_top(top: pa.Table, n: int) -> list[tuple[str, int]]:
