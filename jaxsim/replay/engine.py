@@ -175,6 +175,12 @@ def _opaque(x, zero):
     return jax.lax.bitcast_convert_type(bits, jnp.float64)
 
 
+def _materialize(x):
+    """``x`` unchanged, computed once: XLA:CPU fuses a chain of cheap scalar ops into every element of
+    each wide consumer (``optimization_barrier`` is dropped); a scan's first element is not fused."""
+    return jnp.cumsum(jnp.stack([x, x]), axis=0)[0]
+
+
 def _push_stack(stk, n_stk, run_req, lo, hi, S):
     """Preempt running slots [lo, hi): LIFO, so slot ``lo`` ends on top of the stack (its end)."""
     slot = jnp.arange(S)
@@ -307,6 +313,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     d_ms = jnp.where((nd > 0) & ~bad, _pass_duration_ms(jnp.where(bad_d, 0.0, ld), zero), 0.0)
     p_ms, d_ms = _opaque(p_ms, zero), _opaque(d_ms, zero)
     end = (now + p_ms) + d_ms
+    end = _materialize(end)  # read by every per-slot and per-request update
 
 
     # ---- emission: all tokens of the pass are stamped at its end --------------------------------
