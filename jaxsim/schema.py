@@ -276,26 +276,29 @@ class Table(Type):
     fields: Mapping[str, Field]
     make: Callable[[Doc, str, dict], Any] | None = None
     names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _plan: tuple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.fields))
+        object.__setattr__(self, "_plan", tuple(
+            (name, f.type.read, f.required, f.default, f.nullable) for name, f in self.fields.items()))
 
     def read(self, doc: Doc, v: Any, path: str = "") -> Any:
         if not isinstance(v, dict):
             article = "an" if doc.json else "a"
             raise doc.error(path, f"expected {article} {doc.type_name({})}, got {doc.got(v)}")
+        fields = self.fields
         for k in v:
-            if k not in self.fields:
+            if k not in fields:
                 raise doc.error(sub(path, str(k)), doc.unknown(self.names))
         out: dict[str, Any] = {}
-        for name, f in self.fields.items():
-            where = sub(path, name)
+        for name, read, required, default, nullable in self._plan:
             if name not in v:
-                if f.required:
-                    raise doc.error(where, f.required if isinstance(f.required, str) else doc.required)
-                if f.default is not MISSING:
-                    out[name] = f.default
+                if required:
+                    raise doc.error(sub(path, name), required if isinstance(required, str) else doc.required)
+                if default is not MISSING:
+                    out[name] = default
                 continue
             x = v[name]
-            out[name] = None if (x is None and f.nullable) else f.type.read(doc, x, where)
+            out[name] = None if (x is None and nullable) else read(doc, x, f"{path}.{name}" if path else name)
         return out if self.make is None else self.make(doc, path, out)
