@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxsim import binding as bd
+from jaxsim.data import registry
 from jaxsim.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
 from jaxsim.errors import BindingError
 
@@ -147,7 +148,7 @@ def test_example_configs_parse_and_validate(path):
     cfg = load_config(path)
     assert cfg.model and cfg.backend_version
     problems = bd.validate_config(cfg)
-    bundled = set(bd._bundled_names())
+    bundled = set(registry.bundled_names())
     names = {r.profile or cfg.profile for r in cfg.roles}
     if names <= bundled:
         assert problems == []
