@@ -21,7 +21,6 @@ Example (``configs/deployment_aggregated.toml``)::
 
 from __future__ import annotations
 
-import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -31,6 +30,11 @@ from typing import Any, Mapping
 from jaxsim import limits
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
+
+__all__ = [
+    "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",
+    "RoleConfig", "Overrides", "DeploymentConfig", "config_from_dict", "parse_config_text", "load_config",
+]
 
 ROLE_NAMES = ("aggregated", "prefill", "decode")
 MODES = ("aggregated", "disaggregated")
@@ -219,6 +223,3 @@ def load_config(path: str | os.PathLike) -> DeploymentConfig:
     p = Path(path)
     return parse_config_text(read_text(p, "config", BindingError), source=str(p), base_dir=p.parent)
 
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -27,6 +27,11 @@ from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 
+__all__ = [
+    "QUERY_COLUMNS", "MIXED_COLUMNS", "KINDS", "CHUNK", "QueryBatch", "read_queries", "validate_queries",
+    "evaluate", "result_table", "evaluate_file", "write_results",
+]
+
 QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
 MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
 KINDS = ("decode", "prefill", "mixed")

@@ -17,6 +17,14 @@ from typing import Any
 from jaxsim import schema as sc
 from jaxsim.errors import ProfileError, read_text
 
+__all__ = [
+    "MAX_BYTES", "MAX_U32", "MUTABLE_REFS", "UNSAFE_VERSION_LABELS", "HEX40", "GEMM_QUANT_MODES", "MOE_QUANT_MODES",
+    "FMHA_QUANT_MODES", "KV_CACHE_DTYPES", "COMM_QUANT_MODES", "WORKER_TYPES", "DATA_SOURCES", "SELECTOR_PREFIX",
+    "SPECULATIVE_METHODS", "AR_EXECUTION_IDENTITY", "SD_TIMING_SCOPE", "DECLARED_BYTE_FIELDS", "RuntimeMemory",
+    "CacheGroup", "Resources", "ExecutionProfile", "Deployment", "ModelProfile", "infer_data_source",
+    "parse_profile_text", "load_profile", "save_profile",
+]
+
 MAX_BYTES = 2**53
 MAX_U32 = 2**32 - 1
 MUTABLE_REFS = frozenset({"main", "master", "head", "latest", "current", "unknown", "tbd", "unpinned"})

@@ -29,6 +29,12 @@ from jaxsim import limits
 from jaxsim.errors import QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 
+__all__ = [
+    "FORMATS", "Trace", "request_bucket", "make_trace", "read_azure_csv", "read_mooncake_jsonl", "read_plain_jsonl",
+    "read_plain_csv", "sniff_format", "list_traces", "bundled_trace_path", "load_trace", "write_trace_csv",
+    "sample_lengths", "poisson_trace", "gamma_trace",
+]
+
 FORMATS = ("azure", "mooncake", "csv", "jsonl")
 _BUNDLED = {
     "azure_code_1k": ("azure_code_1k.csv", "azure"),

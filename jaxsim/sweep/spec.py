@@ -38,6 +38,12 @@ from jaxsim.profile.model import DATA_SOURCES
 from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
+__all__ = [
+    "MODES", "RECORDED", "PROFILE_NEXTN", "DEFAULT_BLOCK_SIZE", "MAX_WORKLOAD_CLASSES", "SpecError", "ProfileAxis",
+    "Acceptance", "Workload", "SweepSpec", "Invalid", "SweepPlan", "spec_from_dict", "load_spec", "plan_sweep",
+    "trace_classes",
+]
+
 MODES = ("aggregated", "disaggregated")
 RECORDED = "recorded"
 PROFILE_NEXTN = "profile"
