@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
-from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
+from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
 from jaxsim.capacity_rules import (  # noqa: F401  (plain-Python rules, re-exported here)
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     CapacityRequest,
@@ -183,10 +183,10 @@ def pool_capacity(pool: KvPool, isl: Int64[Array, ""], osl: Int64[Array, ""]) ->
     return PoolCapacity(tokens, blocks, per_req, req_bytes, conc, status.astype(jnp.int32))
 
 
-pool_capacity_batch = jax.jit(jax.vmap(pool_capacity, in_axes=(0, 0, 0)))
+pool_capacity_batch = jit_x64(jax.vmap(pool_capacity, in_axes=(0, 0, 0)))
 """Many pools × request shapes at once (leading axis on every pool leaf and on isl/osl)."""
 
-pool_capacity_jit = jax.jit(pool_capacity)
+pool_capacity_jit = jit_x64(pool_capacity)
 
 
 def _i64(x) -> jnp.ndarray:
@@ -214,7 +214,7 @@ def make_pool(res: Resources, kv_bytes: int, *, block_size: int, num_draft_token
     )
 
 
-@jax.jit
+@jit_x64
 def _estimate_numbers(kv_bytes, kvbpt, tol, block_size, has_tol):
     adj = jnp.where(has_tol, tolerance_kv_bytes(kv_bytes, tol), kv_bytes)
     tokens = kv_tokens(kv_bytes, kvbpt)
@@ -222,7 +222,7 @@ def _estimate_numbers(kv_bytes, kvbpt, tol, block_size, has_tol):
     return tokens, adj, adj_tokens, kv_blocks(adj_tokens, block_size)
 
 
-_declared_bytes = jax.jit(declared_kv_bytes)
+_declared_bytes = jit_x64(declared_kv_bytes)
 
 
 def estimate_kv_cache(res: Resources, profile_context_length: int, req: CapacityRequest) -> KvCacheEstimate:

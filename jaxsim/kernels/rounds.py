@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float64, Int32, Int64
 
-from jaxsim._jax import ensure_x64
+from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.support import (
@@ -373,7 +373,7 @@ def scheduler_pass_latency_ms(
 
 # Batched, jitted entry points: the table is an argument, so a new table of the same bucket shapes
 # reuses the compiled executable.
-decode_batch = jax.jit(jax.vmap(decode_latency_ms, in_axes=(None, 0, 0)))
-prefill_batch = jax.jit(jax.vmap(prefill_query_ms, in_axes=(None, 0, 0, 0)))
-prefill_lookup_batch = jax.jit(jax.vmap(prefill_latency_ms, in_axes=(None, 0, 0, 0)))
-mixed_batch = jax.jit(jax.vmap(mixed_latency_ms, in_axes=(None, 0, 0, 0, 0, 0)))
+decode_batch = jit_x64(jax.vmap(decode_latency_ms, in_axes=(None, 0, 0)))
+prefill_batch = jit_x64(jax.vmap(prefill_query_ms, in_axes=(None, 0, 0, 0)))
+prefill_lookup_batch = jit_x64(jax.vmap(prefill_latency_ms, in_axes=(None, 0, 0, 0)))
+mixed_batch = jit_x64(jax.vmap(mixed_latency_ms, in_axes=(None, 0, 0, 0, 0, 0)))

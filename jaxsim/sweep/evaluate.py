@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float64, Int, Int32, Int64
 
-from jaxsim._jax import ensure_x64
+from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
@@ -186,7 +186,7 @@ def expected_rounds(rates: Float64[Array, " 5"], nextn: Int64[Array, ""], max_to
     return jnp.concatenate([jnp.zeros(1), fs])
 
 
-expected_rounds_table = jax.jit(jax.vmap(expected_rounds, in_axes=(0, 0, None)), static_argnums=2)
+expected_rounds_table = jit_x64(jax.vmap(expected_rounds, in_axes=(0, 0, None)), static_argnums=2)
 """[A, 5] rates × [A] nextn → [A, max_tokens + 1] expected rounds (one row per acceptance setting)."""
 
 

@@ -32,7 +32,7 @@ import pyarrow.feather  # noqa: F401  (pa.feather)
 import pyarrow.parquet as pq
 
 import jaxsim
-from jaxsim._jax import ensure_x64
+from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.devices import batch_sharding, replicated
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels.buckets import pow2_bucket
@@ -128,12 +128,13 @@ class Evaluator:
 
     def dispatch(self, group: int, start: int, stop: int):
         """Start evaluating configs [start, stop) (padded to the chunk size); returns device arrays."""
+        ensure_x64()  # before the inputs are put on the device (the compiled executable is called directly)
         idx = np.arange(start, stop, dtype=np.int64)
         idx = np.concatenate([idx, np.full(self.size - idx.size, stop - 1, np.int64)])
         args = self._args(group, idx)
         if self.compiled is None:
             t0 = time.perf_counter()
-            self.compiled = jax.jit(ev.evaluate_chunk).lower(*args).compile()
+            self.compiled = jit_x64(ev.evaluate_chunk).lower(*args).compile()
             self.compile_s = time.perf_counter() - t0
             self.compiles += 1
         return self.compiled(*args)
