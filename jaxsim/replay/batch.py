@@ -8,20 +8,23 @@ a whole sweep compiles once.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxsim._jax import ensure_x64
-from jaxsim.devices import shard_if_even
+from jaxsim.devices import batch_sharding, num_devices, replicated, shard_if_even
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
+from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable, common_tables
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
@@ -51,7 +54,7 @@ def unstack(tree, i: int):
     return jax.tree.map(lambda x: x[i], tree)
 
 
-replay_many = jax.jit(replay_stack, static_argnames=("slots", "stochastic", "timeline_len"))
+replay_many = jax.jit(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
@@ -245,23 +248,69 @@ def _max_passes(trace: Trace) -> int:
     return int(16 * (int(trace.output_tokens.sum()) + int(trace.input_tokens.sum() // 16) + len(trace)) + 1000)
 
 
-def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None) -> list:
-    """Run (params, requests, key, slots, stochastic) items grouped by static arguments."""
+def _np_stack(trees):
+    """Stack pytrees of equal structure along a new leading axis on the host (numpy: no device op, so
+    nothing to compile per leaf shape)."""
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+_EXECUTABLES: dict = {}
+
+
+def _executable(args, statics: dict, timings: dict | None):
+    """The compiled replay for these argument shapes/placements (compiled once per process and shape
+    bucket; the persistent cache serves later processes). Compile time goes to ``timings``."""
+    key = (tuple(sorted(statics.items())), jax.tree.structure(args),
+           tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
+    exe = _EXECUTABLES.get(key)
+    if exe is None:
+        t0 = time.perf_counter()
+        exe = replay_many.lower(*args, **statics).compile()
+        _EXECUTABLES[key] = exe
+        if timings is not None:
+            timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
+            timings["compilations"] = timings.get("compilations", 0) + 1
+    return exe
+
+
+def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
+    """Run (params, requests, key, slots, stochastic) items, grouped by static arguments and table.
+
+    A group shares one table (passed once, not copied per item); tables are padded to common shapes
+    so groups of one slot bucket share one compilation. ``timings`` (optional) accumulates
+    ``compile_s``, ``run_s`` and ``compilations``."""
+    tables = {id(it[0].table): it[0].table for it in items}
+    padded = dict(zip(tables, common_tables(list(tables.values()))))
     groups: dict = {}
     for i, it in enumerate(items):
-        groups.setdefault((it[3], it[4], it[1].size), []).append(i)
+        groups.setdefault((it[3], it[4], it[1].size, id(it[0].table)), []).append(i)
     out = [None] * len(items)
-    for (slots, stochastic, _), idx in groups.items():
-        size = 1 << max(0, len(idx) - 1).bit_length()  # bucketed batch: few distinct compilations
+    ndev = num_devices()
+    for (slots, stochastic, _, tid), idx in groups.items():
+        size = pow2_bucket(len(idx))  # bucketed batch: few distinct compilations
         size = size if not chunk else min(int(chunk), size)
-        stacked = stack_params([items[i][0] for i in idx])
-        rqs = stack_requests([items[i][1] for i in idx])
-        keys = jnp.stack([items[i][2] for i in idx])
+        table = padded[tid]
+        shared = {id(x) for x in jax.tree.leaves(table)}
+        per_item = lambda fn, tree: jax.tree.map(lambda x: x if id(x) in shared else fn(x), tree)  # noqa: E731
+        params = [eqx.tree_at(lambda q: q.table, items[i][0], table) for i in idx]
+        stacked = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
+        rqs = _np_stack([items[i][1] for i in idx])
+        keys = np.stack([np.asarray(items[i][2]) for i in idx])
         for lo in range(0, len(idx), size):
             sel = np.arange(lo, lo + size) % len(idx)
-            pp, rr, kk = _place(jax.tree.map(lambda x: x[sel], stacked), jax.tree.map(lambda x: x[sel], rqs), keys[sel])
-            part = replay_many(pp, rr, kk, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
-            part = jax.tree.map(np.asarray, part)
+            pick = lambda x: x[sel]  # noqa: E731
+            pp, rr, kk = per_item(pick, stacked), jax.tree.map(pick, rqs), keys[sel]
+            if ndev > 1 and size % ndev == 0:  # items split over the devices, the table copied to each
+                sh, rep = batch_sharding(), replicated()
+                put = lambda x: jax.device_put(x, sh)  # noqa: E731
+                pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in shared else put(x), pp)
+                rr, kk = jax.tree.map(put, rr), put(kk)
+            args = (pp, rr, kk)
+            exe = _executable(args, dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=True), timings)
+            t0 = time.perf_counter()
+            part = jax.tree.map(np.asarray, exe(*args))
+            if timings is not None:
+                timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
             for j in range(min(size, len(idx) - lo)):
                 out[idx[lo + j]] = unstack(part, j)
             if progress is not None:
@@ -330,12 +379,15 @@ def run_replays(
     chunk: int | None = 256,
     sla: metrics.SLA | None = None,
     progress=None,
+    timings: dict | None = None,
 ) -> list[ReplayOutcome]:
     """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
 
     ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
     ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
-    trace's output tokens plus four passes per request, at most 2**18).
+    trace's output tokens plus four passes per request, at most 2**18). ``timings`` (optional dict)
+    accumulates ``compile_s`` (lowering + XLA compilation, or a persistent-cache load), ``run_s`` and
+    ``compilations``.
     """
     ensure_x64()
     arrival, inp, out = trace.arrival_ms, trace.input_tokens, trace.output_tokens
@@ -354,7 +406,7 @@ def run_replays(
             parts, its = _stage(c.prefill, c.nextn, c.accept_rates, arrival, inp, np.ones_like(out), s, 0, False, mp)
         plan.append((parts, len(items), len(its)))
         items += its
-    res1 = _run_items(items, timeline_len=tl, chunk=chunk, progress=progress)
+    res1 = _run_items(items, timeline_len=tl, chunk=chunk, progress=progress, timings=timings)
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     items2, plan2 = [], {}
     for j, (c, s) in enumerate(jobs):
@@ -373,7 +425,7 @@ def run_replays(
         parts2, its = _stage(c.decode, c.nextn, c.accept_rates, arr2[order], inp[order], out[order], s, 1, True, mp)
         plan2[j] = (pre, order, parts2, len(items2), len(its))
         items2 += its
-    res2 = _run_items(items2, timeline_len=tl, chunk=chunk, progress=progress) if items2 else []
+    res2 = _run_items(items2, timeline_len=tl, chunk=chunk, progress=progress, timings=timings) if items2 else []
     outcomes = []
     for j, (c, s) in enumerate(jobs):
         parts, lo, k = plan[j]

@@ -458,18 +458,31 @@ def replay(
     return _result(rq, s, aux)
 
 
+def param_axes(p: EngineParams, shared_table: bool):
+    """``vmap`` axes of stacked parameters: every leaf along axis 0, or the table unmapped (one table
+    for the whole stack: no copy per item)."""
+    axes = jax.tree.map(lambda _: 0, p)
+    if shared_table:
+        axes = eqx.tree_at(lambda q: q.table, axes, jax.tree.map(lambda _: None, p.table))
+    return axes
+
+
 def replay_stack(
-    p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
+    p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
+    shared_table: bool = False,
 ) -> ReplayResult:
     """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
     item by item to :func:`replay`. One loop runs while any item is active, over the vmapped pass
-    (a vmapped ``while_loop`` would select every item's whole state at every pass)."""
+    (a vmapped ``while_loop`` would select every item's whole state at every pass).
+
+    ``shared_table``: ``p.table`` has no leading axis and serves every item."""
     ensure_x64()
-    s0, aux = jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len))(p, rq)
-    step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s))
+    ax = param_axes(p, shared_table)
+    s0, aux = jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
+    step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s), in_axes=(ax, 0, 0, 0, 0))
 
     def cond(s):
-        return jnp.any(jax.vmap(_active)(p, s))
+        return jnp.any(jax.vmap(_active, in_axes=(ax, 0))(p, s))
 
     s = jax.lax.while_loop(cond, lambda s: step(p, aux[0], aux[1], keys, s), s0)
     return jax.vmap(_result)(rq, s, aux)
