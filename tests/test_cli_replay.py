@@ -256,3 +256,18 @@ osl = 10
         g, w = getattr(got, pool), getattr(want, pool)
         assert (g.max_num_batched_tokens, g.block_size, g.num_gpu_blocks, g.replicas) == (
             w.max_num_batched_tokens, w.block_size, w.num_gpu_blocks, w.replicas)
+
+
+def test_replay_json_reports_compile_and_run_time_separately(tmp_path):
+    """--json carries the wall-time split; the parts are non-negative and add up to at most the total."""
+    from pathlib import Path
+
+    cfg = Path(__file__).resolve().parents[1] / "configs" / "deployment_calibrated.toml"
+    res = runner.invoke(app, ["replay", str(cfg), "--trace", "mooncake_tiny", "--output", str(tmp_path / "r.parquet"), "--json",
+                              "--no-progress"])
+    assert res.exit_code in (0, 3), res.output
+    t = json.loads(res.stdout[res.stdout.index("{"):])["timings"]
+    assert set(t) == {"prepare_s", "compile_s", "compilations", "run_s", "results_s", "total_s"}
+    assert all(t[k] >= 0 for k in t)
+    assert t["run_s"] > 0 and t["compilations"] >= 0
+    assert t["prepare_s"] + t["compile_s"] + t["run_s"] + t["results_s"] <= t["total_s"] + 1e-3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,15 @@ def rejection_lines(outcomes, show: int = 5) -> list[str]:
     return lines
 
 
+def _timings(t: dict, t_results: float, t_start: float) -> dict:
+    """Wall-time split of one replay command (seconds): bindings and trace, compilation (lowering +
+    XLA, or a persistent-cache load), replay, and results (summaries and files)."""
+    now = time.perf_counter()
+    out = {"prepare_s": t.get("prepare_s", 0.0), "compile_s": t.get("compile_s", 0.0), "compilations": int(t.get("compilations", 0)),
+           "run_s": t.get("run_s", 0.0), "results_s": now - t_results, "total_s": now - t_start}
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
 def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     from rich.table import Table
 
@@ -186,6 +196,7 @@ def register(app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr (terminals only)."),
         allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support or completed nothing (default: exit 3)."),
     ) -> None:
+        t_start = time.perf_counter()
         from jaxsim.replay.batch import config_from_binding, run_replays
         from jaxsim.replay.traces import load_trace
 
@@ -216,15 +227,18 @@ def register(app: typer.Typer) -> None:
         tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests)
         seed_list = list(range(seed, seed + seeds))
         total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
+        timings: dict = {"prepare_s": time.perf_counter() - t_start}
 
         if progress and stderr_is_tty():
             from rich.progress import Progress
 
             with Progress(transient=True) as bar:
                 task = bar.add_task(f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays", total=total)
-                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, progress=lambda k: bar.advance(task, k))
+                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, progress=lambda k: bar.advance(task, k),
+                                       timings=timings)
         else:
-            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla)
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, timings=timings)
+        t_results = time.perf_counter()
         summaries = _summaries(outcomes)
         _write(_table(outcomes), output, summaries)
         if timeline:
@@ -232,11 +246,16 @@ def register(app: typer.Typer) -> None:
 
             with atomic(tl_path) as tmp:
                 pq.write_table(_timeline_table(outcomes), tmp, compression="zstd")
+        timings = _timings(timings, t_results, t_start)
         if as_json:
-            typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "replays": summaries}, indent=1))
+            typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "timings": timings,
+                                   "replays": summaries}, indent=1))
         else:
             _print_summary(summaries, tr.name, len(tr))
             typer.echo(f"wrote {output}" + (f" and {tl_path}" if timeline else ""))
+            typer.echo(f"time: {timings['total_s']:.2f} s = prepare {timings['prepare_s']:.2f} s + compile {timings['compile_s']:.2f} s "
+                       f"({timings['compilations']} executable(s), compiled or loaded from the persistent cache) + "
+                       f"replay {timings['run_s']:.2f} s + results {timings['results_s']:.2f} s")
         for line in rejection_lines(outcomes):
             typer.echo(f"warning: {line}", err=True)
         incomplete = [s for s in summaries if s["status"] != "completed" or not s["completed_requests"]]
