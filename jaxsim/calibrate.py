@@ -8,7 +8,7 @@ identity (backend version included; the op model's own database version is recor
 
 The correction model (chosen for few, noisy, unevenly spread samples; stated in every output):
 
-* the log is split by time (:func:`time_split`): windows of ``window`` consecutive passes, the first
+* the log is split by time (:func:`jaxsim.accuracy.time_split`): windows of ``window`` consecutive passes, the first
   ``train_fraction`` of each window fits, the rest is held out and only scored;
 * decode: r = measured / modelled for the training decode-only passes the modelled table supports (after
   the FPM importer's robust rules drop stalls and mis-split admission steps). log r is reduced to robust
@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxsim.accuracy import ape, ape_stats, time_split
 from jaxsim.errors import JaxsimError, ProfileError, TableError
 from jaxsim.importers.fpm_log import (
     DECODE,
@@ -346,11 +347,6 @@ def read_log(path: str | os.PathLike, *, model_card=None, vllm_metadata=None) ->
     return log, _facts_from_files(p, Path(model_card) if model_card else None, Path(vllm_metadata) if vllm_metadata else None)
 
 
-def time_split(n: int, *, window: int = 100, train_fraction: float = 0.7) -> np.ndarray:
-    """Training mask over ``n`` time-ordered passes: the first train_fraction of every ``window`` passes."""
-    return (np.arange(n) % window) < int(round(train_fraction * window))
-
-
 def match_deployment(profile: ModelProfile, facts: LogFacts, *, tp: int | None, where: str, model: str | None = None) -> Deployment:
     """The profile deployment the log measured; refuses a log of another model, TP or precision.
 
@@ -452,14 +448,9 @@ def apply_corrections(rows: CellRows, dec: Correction, pre: Correction) -> tuple
 
 
 def _stats(pred: np.ndarray, meas: np.ndarray, ok: np.ndarray, idx: np.ndarray) -> dict:
+    """:func:`jaxsim.accuracy.ape_stats` of the passes ``idx`` (those with ``ok`` are covered)."""
     hit = idx[ok[idx]]
-    ape = np.abs(pred[hit] / meas[hit] - 1.0) * 100.0
-    n = int(idx.size)
-    return {
-        "n": n, "covered": int(hit.size), "coverage": hit.size / n if n else float("nan"),
-        "median_ape": float(np.median(ape)) if ape.size else float("nan"),
-        "p90_ape": float(np.percentile(ape, 90)) if ape.size else float("nan"),
-    }
+    return ape_stats(ape(pred[hit], meas[hit]), idx.size, hit.size)
 
 
 def select_decode_model(pos: np.ndarray, x: np.ndarray, y: np.ndarray, keys: np.ndarray, cfg: CalibrationConfig):
@@ -607,7 +598,7 @@ def calibrate(
     config: CalibrationConfig = CalibrationConfig(),
 ) -> Calibration:
     """Fit and score a calibration (nothing is written; see :func:`write_calibration`)."""
-    from jaxsim.binding import load_bundle
+    from jaxsim.rules.binding import load_bundle
 
     bundle = load_bundle(Path(profile_dir))
     log, facts = read_log(log_path, model_card=model_card, vllm_metadata=vllm_metadata)
@@ -759,5 +750,5 @@ def _json_default(v: Any):
 __all__ = [
     "Calibration", "CalibrationConfig", "Correction", "DATA_SOURCE", "LogFacts", "PHASES", "apply_corrections",
     "calibrate", "calibrated_profile", "fit", "fit_correction", "match_deployment", "planner_log", "price", "read_log",
-    "score", "score_lines", "time_split", "write_calibrated",
+    "score", "score_lines", "write_calibrated",
 ]

@@ -12,19 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import jax.numpy as jnp
 import numpy as np
 
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
-from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.batched import prefill_grid, support_grid
 from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.kernels.rounds import (
     RoundTable,
     compile_round_table,
-    decode_batch,
-    prefill_batch,
 )
 
 MISSING_MATPLOTLIB = "matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
@@ -110,7 +107,7 @@ class ProfileView:
 def load_view(profile: str | os.PathLike, **want) -> ProfileView:
     """Load a profile (directory or bundled name) and select one deployment (``tp=``, ``role=``, ...)."""
     from jaxsim.profile import load_profile_dir
-    from jaxsim.rounds_api import choose_deployment, resolve_profile_path
+    from jaxsim.kernels.tables import choose_deployment, resolve_profile_path
 
     path = resolve_profile_path(profile)
     bundle = load_profile_dir(path)
@@ -171,43 +168,6 @@ def _default_batches(cell, table: RoundTable) -> np.ndarray:
     if top <= 160:
         return np.arange(1, top + 1, dtype=np.int64)
     return np.unique(np.round(np.geomspace(1, top, 160)).astype(np.int64))
-
-
-def _padded_call(fn, table: RoundTable, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Call a batched kernel on query columns padded to a power-of-two length (one compile per bucket)."""
-    n = int(columns[0].size)
-    size = pow2_bucket(n, 1024)
-    padded = [jnp.asarray(np.pad(np.asarray(c, dtype=np.int64), (0, size - n), constant_values=1)) for c in columns]
-    lat, code = fn(table, *padded)
-    return np.asarray(lat)[:n], np.asarray(code)[:n]
-
-
-def decode_points(table: RoundTable, batches, total_kv_tokens) -> tuple[np.ndarray, np.ndarray]:
-    """Decode latency (ms, NaN outside support) and status codes for paired (batch, total KV) queries,
-    evaluated by the compiled kernel."""
-    b = np.asarray(batches, dtype=np.int64).ravel()
-    k = np.asarray(total_kv_tokens, dtype=np.int64).ravel()
-    if b.shape != k.shape:
-        raise QueryError(f"{b.size} batch sizes but {k.size} KV totals")
-    return _padded_call(decode_batch, table, b, k)
-
-
-def support_grid(table: RoundTable, batches, kv_tokens) -> tuple[np.ndarray, np.ndarray]:
-    """Decode latency (ms, NaN outside support) and status codes on a batch × total-KV grid,
-    evaluated by the compiled kernel. Shapes ``(len(batches), len(kv_tokens))``."""
-    b = np.asarray(batches, dtype=np.int64)
-    k = np.asarray(kv_tokens, dtype=np.int64)
-    bb, kk = np.meshgrid(b, k, indexing="ij")
-    lat, code = _padded_call(decode_batch, table, bb.ravel(), kk.ravel())
-    return lat.reshape(bb.shape), code.reshape(bb.shape)
-
-
-def prefill_grid(table: RoundTable, batch: int, prefill_tokens, kv_read_tokens) -> tuple[np.ndarray, np.ndarray]:
-    """Prefill latency (ms, NaN outside support) and status codes for paired (tokens, cached KV)
-    queries at one batch size, evaluated by the compiled kernel."""
-    t = np.asarray(prefill_tokens, dtype=np.int64).ravel()
-    k = np.broadcast_to(np.asarray(kv_read_tokens, dtype=np.int64), np.shape(prefill_tokens)).ravel()
-    return _padded_call(prefill_batch, table, np.full(t.size, int(batch), np.int64), t, k)
 
 
 def support_summary(codes: np.ndarray) -> list[tuple[int, str, int, float, str]]:

@@ -21,11 +21,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
-from jaxsim.devices import num_devices, shard
 from jaxsim.errors import QueryError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
-from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.batched import CHUNK, run_batched
 
 __all__ = [
     "QUERY_COLUMNS", "MIXED_COLUMNS", "KINDS", "CHUNK", "QueryBatch", "read_queries", "validate_queries",
@@ -35,7 +34,6 @@ __all__ = [
 QUERY_COLUMNS = ("workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens")
 MIXED_COLUMNS = ("num_decode_requests", "total_decode_kv_tokens")
 KINDS = ("decode", "prefill", "mixed")
-CHUNK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -171,24 +169,6 @@ def _kind_codes(path: Path, col: pa.ChunkedArray, first_row: int = 0) -> np.ndar
     return kind
 
 
-def _chunked(fn, table, cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Run a batched kernel over fixed-size padded chunks (one compile per bucket)."""
-    n = cols[0].size
-    lat = np.empty(n)
-    code = np.empty(n, np.int32)
-    size = min(CHUNK, pow2_bucket(n, 256))
-    size += (-size) % num_devices()
-    for start in range(0, n, size):
-        stop = min(start + size, n)
-        part = [np.zeros(size, np.int64) for _ in cols]
-        for dst, src in zip(part, cols):
-            dst[: stop - start] = src[start:stop]
-        out_l, out_c = fn(table, *shard(*part))
-        lat[start:stop] = np.asarray(out_l)[: stop - start]
-        code[start:stop] = np.asarray(out_c)[: stop - start]
-    return lat, code
-
-
 def evaluate(table: rounds.RoundTable, q: QueryBatch) -> tuple[np.ndarray, np.ndarray]:
     """Latency (NaN where unsupported) and status code per query, from the compiled kernels."""
     n = q.kind.size
@@ -204,9 +184,9 @@ def evaluate(table: rounds.RoundTable, q: QueryBatch) -> tuple[np.ndarray, np.nd
         if idx.size == 0:
             continue
         if idx.size == n:
-            lat, code = _chunked(fn, table, list(cols))
+            lat, code = run_batched(fn, table, list(cols))
         else:
-            lat[idx], code[idx] = _chunked(fn, table, [c[idx] for c in cols])
+            lat[idx], code[idx] = run_batched(fn, table, [c[idx] for c in cols])
     jax.block_until_ready(lat)
     return lat, code
 

@@ -37,6 +37,7 @@ import numpy as np
 from jaxsim import plots
 from jaxsim.data.registry import list_bundled
 from jaxsim.kernels import status as st
+from jaxsim.kernels.batched import support_grid
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,7 @@ plots.plot_decode_curves(view, OUT / "01_decode_curves.png")
 # %%
 queries = [(32, 120_000), (32, 250_000), (31, 100_000), (20, 60_000), (3, 9_000), (40, 100_000)]
 for b, kv in queries:
-    lat, code = plots.support_grid(view.table, [b], [kv])
+    lat, code = support_grid(view.table, [b], [kv])
     value = "—" if np.isnan(lat[0, 0]) else f"{lat[0, 0]:.3f} ms"
     print(f"batch {b:3d}, total KV {kv:>8,}: {value:>11s}  {st.name(int(code[0, 0]))}")
 
@@ -111,7 +112,7 @@ plots.plot_support_map(view, OUT / "01_support_map.png")
 # %%
 batches = np.arange(1, 41)
 kv = np.linspace(0, 1.1 * view.table.max_decode_kv, 221).astype(np.int64)
-latency_ms, codes = plots.support_grid(view.table, batches, kv)
+latency_ms, codes = support_grid(view.table, batches, kv)
 print(f"{'status':58s} {'share':>7s}  why")
 for code, name, count, share, why in plots.support_summary(codes):
     print(f"{name:58s} {100 * share:6.1f} %  {why}")

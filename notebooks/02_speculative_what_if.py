@@ -44,6 +44,7 @@ from jaxsim import plots
 from jaxsim.data.acceptance import list_presets, preset_rates
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, expected_tokens_per_round, pad_rates, rates_from_accepted
+from jaxsim.kernels.batched import decode_points
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -127,7 +128,7 @@ kv_at = np.array([ar.cell.decode_kv[ar.cell.decode_batch == b][np.argmin(np.abs(
 
 rows = {}
 for k, view in views.items():
-    lat, code = plots.decode_points(view.table, batches, kv_at)
+    lat, code = decode_points(view.table, batches, kv_at)
     assert np.all(code < st.FIRST_UNSUPPORTED), "every lookup here is on measured coordinates"
     e_k = 1.0 if k == 0 else float(expected_tokens_per_round(jnp.asarray(pad_rates(preset_rates(ACCEPT, k))), k, NO_CAP))
     tpot = lat / e_k

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.kernels import rounds
-from jaxsim.rounds_api import load_round_table
+from jaxsim.kernels.tables import load_round_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "tests" / "goldens" / "public" / "tables" / "ar_core"

@@ -93,7 +93,7 @@ def jaxsim_side(table_dir: Path, q: dict):
     """(load decision, latency, status, clamp binds) from the code `jaxsim round` runs."""
     from jaxsim import queries
     from jaxsim.errors import JaxsimError
-    from jaxsim.rounds_api import load_round_table
+    from jaxsim.kernels.tables import load_round_table
 
     try:
         table, _ = load_round_table(table_dir)

@@ -1,27 +1,19 @@
-"""The accuracy protocol of scripts/accuracy.py on a small real excerpt (Qwen3-32B TP1, 1,200 passes)."""
+"""The accuracy protocol (jaxsim.accuracy, behind scripts/accuracy.py) on a small real excerpt (Qwen3-32B TP1, 1,200 passes)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from jaxsim import accuracy as acc
 from jaxsim.importers.fpm_log import read_fpm_log
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "tests" / "data" / "fpm_qwen3_32b_tp1_excerpt" / "fpm_metrics_detail.csv"
 
 
-def _accuracy_module():
-    spec = importlib.util.spec_from_file_location("jaxsim_accuracy_script", ROOT / "scripts" / "accuracy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-acc = _accuracy_module()
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +23,13 @@ def log():
 
 @pytest.fixture(scope="module")
 def blocked(log):
-    return acc.evaluate_split(log, acc.time_split(log, mode="blocked", window=100, train_fraction=0.7))
+    return acc.evaluate_split(log, acc.time_split(len(log), mode="blocked", window=100, train_fraction=0.7))
 
 
 def test_time_splits_hold_out_contiguous_stretches(log):
-    train = acc.time_split(log, mode="blocked", window=100, train_fraction=0.7)
+    train = acc.time_split(len(log), mode="blocked", window=100, train_fraction=0.7)
     assert train.sum() == 840 and np.all(train[:70]) and not np.any(train[70:100])
-    chrono = acc.time_split(log, mode="chronological", train_fraction=0.7)
+    chrono = acc.time_split(len(log), mode="chronological", train_fraction=0.7)
     assert chrono.sum() == 840 and np.all(chrono[:840]) and not np.any(chrono[840:])
 
 
@@ -58,7 +50,7 @@ def test_paired_mixed_scoring_repairs_the_mis_split_boundary(log, blocked):
 
 
 def test_held_out_rows_never_reach_the_table(log, blocked):
-    train = acc.time_split(log, mode="blocked", window=100, train_fraction=0.7)
+    train = acc.time_split(len(log), mode="blocked", window=100, train_fraction=0.7)
     lat = log.latency_ms.copy()
     lat[~train] *= 3.0
     from dataclasses import replace

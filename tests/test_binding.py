@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxsim import binding as bd
+from jaxsim.rules import binding as bd
 from jaxsim.config import config_from_dict
 from jaxsim.errors import BindingError
 from jaxsim.kernels import rounds

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from jaxsim import calibrate as C
-from jaxsim.binding import load_bundle, resolve_profile_dir
+from jaxsim.accuracy import time_split
+from jaxsim.rules.binding import load_bundle, resolve_profile_dir
 from jaxsim.cli.main import app
 from jaxsim.importers.fpm_log import write_profile_dir
 from jaxsim.profile.directory import validate_profile_dir
@@ -80,7 +81,7 @@ def test_monotone_safe_correction_never_inverts_the_base_order():
 
 
 def test_time_split_holds_out_contiguous_stretches():
-    m = C.time_split(250, window=100, train_fraction=0.7)
+    m = time_split(250, window=100, train_fraction=0.7)
     assert m[:70].all() and not m[70:100].any() and m[100:170].all() and not m[170:200].any() and m[200:250].all()
 
 
@@ -95,7 +96,7 @@ def test_calibration_removes_a_known_bias_on_held_out_passes(calibration):
     assert s["calibrated"]["prefill"]["median_ape"] <= 5.0
     assert s["calibrated"]["prefill"]["n"] > 0 and s["calibrated"]["prefill"]["coverage"] == 1.0
     # nothing held out reaches the fit: the training mask is the time split
-    assert calibration.info["train_passes"] == int(C.time_split(len(calibration.log)).sum())
+    assert calibration.info["train_passes"] == int(time_split(len(calibration.log)).sum())
 
 
 def test_written_profile_is_calibrated_valid_and_takes_the_logs_identity(calibration, tmp_path):

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxsim import binding as bd
 from jaxsim.data import registry
+from jaxsim.rules import binding as bd
 from jaxsim.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
 from jaxsim.errors import BindingError
 

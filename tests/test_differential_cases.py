@@ -19,7 +19,7 @@ from jaxsim import queries
 from jaxsim.cli.main import app
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import status as st
-from jaxsim.rounds_api import load_round_table
+from jaxsim.kernels.tables import load_round_table
 
 CASES = Path(__file__).parent / "data" / "differential_cases"
 BUNDLED = {"F1-real-bundled-qwen3-32b-tp1": ("qwen3-32b-bf16-b300", {"tp": 1})}

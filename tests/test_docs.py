@@ -84,7 +84,8 @@ def test_byo_data_python_example_runs(tmp_path, monkeypatch):
     assert len(blocks) == 1
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "byo-data.md", "exec"), {})
-    from jaxsim.plots import load_view, support_grid
+    from jaxsim.kernels.batched import support_grid
+    from jaxsim.plots import load_view
 
     view = load_view(tmp_path / "my-profile")
     lat, code = support_grid(view.table, [4], [4 * 4096])

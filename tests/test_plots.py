@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from jaxsim import plots
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
+from jaxsim.kernels.batched import support_grid
 from jaxsim.sweep.frontier import pareto_mask
 
 TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
@@ -80,7 +81,7 @@ def test_support_grid_marks_measured_points_exact(ar_view):
     cell = ar_view.cell
     pick = np.arange(0, cell.num_decode_rows, 7)
     for i in pick:
-        lat, code = plots.support_grid(ar_view.table, [cell.decode_batch[i]], [cell.decode_kv[i]])
+        lat, code = support_grid(ar_view.table, [cell.decode_batch[i]], [cell.decode_kv[i]])
         assert code[0, 0] == st.EXACT
         assert lat[0, 0] == cell.decode_latency_ms[i]
 
@@ -88,7 +89,7 @@ def test_support_grid_marks_measured_points_exact(ar_view):
 def test_support_grid_nan_exactly_where_refused(sd_view):
     b = np.arange(1, 70)
     k = np.linspace(0, 1.2 * sd_view.table.max_decode_kv, 50)
-    lat, code = plots.support_grid(sd_view.table, b, k)
+    lat, code = support_grid(sd_view.table, b, k)
     assert lat.shape == code.shape == (b.size, k.size)
     refused = code >= st.FIRST_UNSUPPORTED
     assert refused.any() and (~refused).any()
@@ -98,7 +99,7 @@ def test_support_grid_nan_exactly_where_refused(sd_view):
 
 
 def test_support_summary_counts_every_cell(sd_view):
-    _, code = plots.support_grid(sd_view.table, np.arange(1, 40), np.linspace(0, 40000, 30))
+    _, code = support_grid(sd_view.table, np.arange(1, 40), np.linspace(0, 40000, 30))
     rows = plots.support_summary(code)
     assert sum(r[2] for r in rows) == code.size
     assert abs(sum(r[3] for r in rows) - 1.0) < 1e-12

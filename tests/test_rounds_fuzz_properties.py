@@ -21,7 +21,7 @@ import jaxsim._jax  # noqa: F401  (enables x64)
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as st
-from jaxsim.rounds_api import load_round_table
+from jaxsim.kernels.tables import load_round_table
 
 N = 512
 # elementwise-largest shapes over 300 generated tables; a larger table just compiles once more

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim import limits
+from jaxsim.rules import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic
 from jaxsim.sla import SLA
@@ -220,7 +220,7 @@ def register(app: typer.Typer) -> None:
         if sweep is not None:
             configs = configs_from_sweep(sweep)
         else:
-            from jaxsim.binding import bind
+            from jaxsim.rules.binding import bind
             from jaxsim.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]

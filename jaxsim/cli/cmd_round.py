@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:
         from jaxsim.queries import evaluate_file
-        from jaxsim.rounds_api import load_round_table, profile_data_source
+        from jaxsim.kernels.tables import load_round_table, profile_data_source
 
         refuse_overwrite(output, force, ("csv", "parquet"))
         if output.resolve() == queries.resolve():

@@ -20,7 +20,7 @@ from importlib import resources
 import numpy as np
 
 from jaxsim.errors import QueryError
-from jaxsim.acceptance_rates import MAX_DRAFT_TOKENS, rates_from_accepted
+from jaxsim.rules.acceptance import MAX_DRAFT_TOKENS, rates_from_accepted
 
 CSV_NAME = "vllm_eagle3_acceptance_mtbench.csv"
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float64, Int64
 
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
-from jaxsim.acceptance_rates import (  # noqa: F401
+from jaxsim.rules.acceptance import (  # noqa: F401
     MAX_DRAFT_TOKENS,
     normalize_rates,
     pad_rates,

@@ -2,7 +2,7 @@
 
 Two layers, as everywhere in jaxsim:
 
-* plain-Python checks before dispatch (:func:`capacity_problems`, in :mod:`jaxsim.capacity_rules`): the equality checks of the reference
+* plain-Python checks before dispatch (:func:`capacity_problems`, in :mod:`jaxsim.rules.capacity`): the equality checks of the reference
   (requested memory fraction == recorded, scheduler envelope == recorded, no CUDA-graph reservation on a
   runtime pool, context within bounds, GPU budget holds the pool) are exact float/int comparisons;
 * pure array functions, one per quantity, written for ONE pool and vmapped at the call site
@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
-from jaxsim.capacity_rules import (  # noqa: F401  (plain-Python rules, re-exported here)
+from jaxsim.rules.capacity import (  # noqa: F401  (plain-Python rules, re-exported here)
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     CapacityRequest,
     KvCacheEstimate,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from jaxsim import acceptance_rates as acceptance
+from jaxsim.rules import acceptance
 from jaxsim import systems
-from jaxsim.capacity_rules import (
+from jaxsim.rules.capacity import (
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     CapacityRequest,
     KvCacheEstimate,
