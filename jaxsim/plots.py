@@ -106,11 +106,10 @@ class ProfileView:
 
 def load_view(profile: str | os.PathLike, **want) -> ProfileView:
     """Load a profile (directory or bundled name) and select one deployment (``tp=``, ``role=``, ...)."""
-    from jaxsim.profile import load_profile_dir
-    from jaxsim.kernels.tables import choose_deployment, resolve_profile_path
+    from jaxsim.kernels.tables import choose_deployment
+    from jaxsim.rules.binding import load_bundle, resolve_profile_dir
 
-    path = resolve_profile_path(profile)
-    bundle = load_profile_dir(path)
+    bundle = load_bundle(resolve_profile_dir(str(profile)))
     d = choose_deployment(bundle, **want)
     cell = bundle.cell(d)
     table = compile_round_table(cell, speculative=d.is_speculative, num_draft_tokens=d.num_draft_tokens)

@@ -7,17 +7,8 @@ from pathlib import Path
 
 from jaxsim.errors import ProfileError
 from jaxsim.kernels.rounds import RoundTable, compile_round_table
-from jaxsim.profile import Deployment, ProfileBundle, load_profile_dir
-
-
-def resolve_profile_path(name_or_path: str | Path) -> Path:
-    """A directory path as given, else a bundled profile name."""
-    p = Path(name_or_path)
-    if p.exists():
-        return p
-    from jaxsim.data.registry import resolve_profile
-
-    return resolve_profile(str(name_or_path))
+from jaxsim.profile import Deployment, ProfileBundle
+from jaxsim.rules.binding import load_bundle, resolve_profile_dir
 
 
 def choose_deployment(bundle: ProfileBundle, **want) -> Deployment:
@@ -46,21 +37,16 @@ def choose_deployment(bundle: ProfileBundle, **want) -> Deployment:
     raise ProfileError(f"{bundle.root}: {len(found)} deployments match; choose one with --tp/--role/... (have: {have})")
 
 
-@lru_cache(maxsize=64)
-def _load(path: str) -> ProfileBundle:
-    return load_profile_dir(path)
-
-
 @lru_cache(maxsize=256)
 def _compile(path: str, deployment: Deployment, role: str | None) -> RoundTable:
-    bundle = _load(path)
+    bundle = load_bundle(path)
     cell = bundle.cell(deployment).require_phases(role)
     return compile_round_table(cell, speculative=deployment.is_speculative, num_draft_tokens=deployment.num_draft_tokens)
 
 
 def profile_data_source(profile: str | Path) -> str:
     """What a profile's numbers are: measured, derived, modelled or calibrated (stored or inferred)."""
-    return _load(str(resolve_profile_path(profile).resolve())).profile.source
+    return load_bundle(resolve_profile_dir(str(profile))).profile.source
 
 
 def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deployment]:
@@ -68,7 +54,7 @@ def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deploymen
 
     The cell must hold genuine rows of every phase the worker role runs (``role``, else the deployment's
     worker_type, else aggregated: both phases), as the reference requires when it builds the model."""
-    path = str(resolve_profile_path(profile).resolve())
-    bundle = _load(path)
+    path = str(resolve_profile_dir(str(profile)))
+    bundle = load_bundle(path)
     deployment = choose_deployment(bundle, **want)
     return _compile(path, deployment, want.get("role") or deployment.worker_type), deployment
