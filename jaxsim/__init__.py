@@ -3,10 +3,10 @@
 Layers, bottom up (each package states its public API in ``__all__``):
 
 1. profile I/O: :mod:`jaxsim.profile` (profile.json + FPM table), :mod:`jaxsim.importers`, :mod:`jaxsim.data`
-   (bundled profiles, traces, presets), :mod:`jaxsim.config` / :mod:`jaxsim.schema` (deployment configs);
-2. binding and capacity rules, plain Python: :mod:`jaxsim.rules`;
+   (bundled profiles, traces, presets), :mod:`jaxsim.schema` (the input documents' declared fields);
+2. deployment configs, binding and capacity rules, plain Python: :mod:`jaxsim.rules`;
 3. compiled kernels: :mod:`jaxsim.kernels`;
-4. sweep / replay: :mod:`jaxsim.sweep`, :mod:`jaxsim.replay` (with :mod:`jaxsim.sla`, :mod:`jaxsim.queries`,
+4. sweep / replay: :mod:`jaxsim.sweep`, :mod:`jaxsim.replay` (with :mod:`jaxsim.sla`,
    :mod:`jaxsim.calibrate`, :mod:`jaxsim.accuracy`, :mod:`jaxsim.plots`);
 5. CLI: :mod:`jaxsim.cli`.
 

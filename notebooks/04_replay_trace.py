@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 
 from jaxsim import plots
 from jaxsim.rules.binding import bind
-from jaxsim.config import parse_config_text
+from jaxsim.rules.config import parse_config_text
 from jaxsim.replay import load_trace
 from jaxsim.replay.batch import config_from_binding, run_replays
 from jaxsim.replay.traces import make_trace

@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--parse", type=int, default=2000, help="schema parses per timed run")
     args = ap.parse_args()
 
-    from jaxsim.config import config_from_dict
+    from jaxsim.rules.config import config_from_dict
     from jaxsim.profile.model import ModelProfile
     from jaxsim.replay.traces import list_traces, load_trace
     from jaxsim.sweep.spec import spec_from_dict
@@ -79,7 +79,7 @@ def main() -> None:
             med, lo = timed(lambda: load_trace(p), args.repeat)
             print(f"{f'trace {n:,} rows ({p.suffix[1:]})':<48} {med:9.4f} {lo:8.4f}")
 
-    from jaxsim.queries import read_queries
+    from jaxsim.kernels.queries import read_queries
 
     with tempfile.TemporaryDirectory() as tmp:
         table = query_table(args.rows)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from jaxsim.rules.binding import validate_config
-from jaxsim.config import RoleConfig, config_from_dict
+from jaxsim.rules.config import RoleConfig, config_from_dict
 
 TABLES = Path(__file__).resolve().parent.parent / "tests" / "goldens" / "public" / "tables"
 MODEL = "golden-ckpt/pub-dense-8b"

@@ -91,7 +91,7 @@ json.dump(out, open(sys.argv[2], "w"))
 
 def jaxsim_side(table_dir: Path, q: dict):
     """(load decision, latency, status, clamp binds) from the code `jaxsim round` runs."""
-    from jaxsim import queries
+    from jaxsim.kernels import queries
     from jaxsim.errors import JaxsimError
     from jaxsim.kernels.tables import load_round_table
 

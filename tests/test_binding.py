@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxsim.rules import binding as bd
-from jaxsim.config import config_from_dict
+from jaxsim.rules.config import config_from_dict
 from jaxsim.errors import BindingError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
@@ -284,7 +284,7 @@ def test_relative_profile_resolves_against_config_dir(tmp_path):
     (tmp_path / "d.toml").write_text(
         f'model = "{MODEL}"\nsystem = "h200_sxm"\nbackend_version = "0.24.0"\nprofile = "prof"\n'
     )
-    from jaxsim.config import load_config
+    from jaxsim.rules.config import load_config
 
     b = bd.bind(load_config(tmp_path / "d.toml"))
     assert b.aggregated.profile_dir == (tmp_path / "prof").resolve()

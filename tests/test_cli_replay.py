@@ -206,7 +206,7 @@ def test_sweep_replay_gives_the_prefill_pool_its_own_max_num_seqs(tmp_path):
     keeps the prefill role's max_num_seqs (the sweep's max_num_seqs axis sets the decode role's)."""
     from jaxsim.rules.binding import bind
     from jaxsim.cli.cmd_replay import configs_from_sweep
-    from jaxsim.config import config_from_dict
+    from jaxsim.rules.config import config_from_dict
     from jaxsim.data.registry import profiles_root
     from jaxsim.replay.batch import config_from_binding
 

@@ -130,7 +130,7 @@ def test_round_real_subprocess(tmp_path):
 
 
 def test_streamed_batches_keep_row_numbers_and_leave_nothing_on_error(tmp_path, monkeypatch):
-    import jaxsim.queries as Q
+    import jaxsim.kernels.queries as Q
 
     monkeypatch.setattr(Q, "CHUNK", 4)  # force several streamed batches
     rows = _golden_queries("ar_core", 6)
@@ -155,7 +155,7 @@ def test_unreadable_row_past_the_first_block_is_named(tmp_path):
     """pyarrow reads query files in 8 MiB blocks with types inferred from the first; a bad value in a later
     block fails the read without a row number, so the row is located and named."""
     from jaxsim.errors import QueryError
-    from jaxsim.queries import _batches
+    from jaxsim.kernels.queries import _batches
 
     n = 700_000  # > 8 MiB of rows
     p = tmp_path / "q.csv"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from jaxsim.data import registry
 from jaxsim.rules import binding as bd
-from jaxsim.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
+from jaxsim.rules.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
 from jaxsim.errors import BindingError
 
 CONFIGS = Path(__file__).parent.parent / "configs"

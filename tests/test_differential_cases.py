@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from jaxsim import queries
+from jaxsim.kernels import queries
 from jaxsim.cli.main import app
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import status as st

@@ -26,7 +26,7 @@ Examples:
 def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
     """Bind ``path`` and return the capacity report (JSON-ready)."""
     from jaxsim.rules.binding import bind
-    from jaxsim.config import load_config
+    from jaxsim.rules.config import load_config
     from jaxsim.kernels import status
 
     if (isl is None) != (osl is None):

@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
             configs = configs_from_sweep(sweep)
         else:
             from jaxsim.rules.binding import bind
-            from jaxsim.config import load_config
+            from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
         tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests)

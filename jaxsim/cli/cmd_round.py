@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:
-        from jaxsim.queries import evaluate_file
+        from jaxsim.kernels.queries import evaluate_file
         from jaxsim.kernels.tables import load_round_table, profile_data_source
 
         refuse_overwrite(output, force, ("csv", "parquet"))

@@ -1,7 +1,7 @@
 """Compiled kernels called on host query columns: padded to a compile-shape bucket, cut into chunks,
 split over the local devices; results come back as numpy (latency ms, NaN outside support; status).
 
-Used by query files (:mod:`jaxsim.queries`), figures (:mod:`jaxsim.plots`) and notebooks.
+Used by query files (:mod:`jaxsim.kernels.queries`), figures (:mod:`jaxsim.plots`) and notebooks.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Typical use::
 
     from jaxsim.rules.binding import bind
-    from jaxsim.config import load_config
+    from jaxsim.rules.config import load_config
     from jaxsim.replay import config_from_binding, load_trace, run_replays
 
     cfg = config_from_binding(bind(load_config("configs/deployment_speculative.toml")))

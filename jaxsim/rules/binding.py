@@ -32,7 +32,7 @@ from jaxsim.rules.capacity import (
     block_size_problem,
     capacity_problems,
 )
-from jaxsim.config import (
+from jaxsim.rules.config import (
     IDENTITY_OVERRIDES,
     MODES,
     REFUSED_OVERRIDES,

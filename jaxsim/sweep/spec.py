@@ -29,7 +29,7 @@ import numpy as np
 from jaxsim.rules import binding as bd
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
-from jaxsim.config import config_from_dict
+from jaxsim.rules.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels.buckets import pow2_bucket

@@ -27,7 +27,7 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.batched import CHUNK, run_batched
 
 __all__ = [
-    "QUERY_COLUMNS", "MIXED_COLUMNS", "KINDS", "CHUNK", "QueryBatch", "read_queries", "validate_queries",
+    "QUERY_COLUMNS", "MIXED_COLUMNS", "KINDS", "QueryBatch", "read_queries", "validate_queries",
     "evaluate", "result_table", "evaluate_file", "write_results",
 ]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from jaxsim.rules import limits
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
+from jaxsim.rules import limits
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",
