@@ -558,6 +558,37 @@ def validate_config(cfg: DeploymentConfig) -> list[str]:
     return _analyze(cfg)[0]
 
 
+_CAPACITY_MEMO: dict = {}
+
+
+def _memo(kind: str, fn, *key):
+    """``fn(*key)`` once per distinct (immutable) key: a sweep binds the same few resources hundreds of
+    times, and each capacity evaluation is a compiled-kernel dispatch."""
+    try:
+        return _CAPACITY_MEMO[(kind, *key)]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable field: no memo
+        return fn(*key)
+    if len(_CAPACITY_MEMO) > 4096:
+        _CAPACITY_MEMO.clear()
+    out = _CAPACITY_MEMO[(kind, *key)] = fn(*key)
+    return out
+
+
+def _kv_estimate(res, context_length: int, req):
+    from jaxsim.kernels.capacity import estimate_kv_cache
+
+    return _memo("estimate", estimate_kv_cache, res, int(context_length), req)
+
+
+def _kv_pool(res, kv_bytes: int, block_size: int, num_draft_tokens: int):
+    from jaxsim.kernels.capacity import make_pool
+
+    return _memo("pool", lambda r, b, bs, k: make_pool(r, b, block_size=bs, num_draft_tokens=k), res, int(kv_bytes),
+                 int(block_size), int(num_draft_tokens))
+
+
 def bind(cfg: DeploymentConfig) -> Binding:
     """Validate and resolve ``cfg``; BindingError (``<config file>: <first problem>``) when invalid."""
     problems, roles, total_gpu = _analyze(cfg)
@@ -565,14 +596,13 @@ def bind(cfg: DeploymentConfig) -> Binding:
         more = f" (+{len(problems) - 1} more; run `jaxsim validate`)" if len(problems) > 1 else ""
         raise BindingError(f"{cfg.source}: {problems[0]}{more}")
     from jaxsim._jax import ensure_x64
-    from jaxsim.kernels.capacity import estimate_kv_cache, make_pool
 
     ensure_x64()
     out: dict[str, RoleBinding] = {}
     ctx = None
     for r in roles:
         dep, req = r.deployment, r.request
-        kv = estimate_kv_cache(dep.resources, r.bundle.profile.context_length, req)
+        kv = _kv_estimate(dep.resources, r.bundle.profile.context_length, req)
         ctx = kv.context_length if ctx is None else min(ctx, kv.context_length)
         out[r.role.name] = RoleBinding(
             name=r.role.name,
@@ -583,7 +613,7 @@ def bind(cfg: DeploymentConfig) -> Binding:
             cell=r.cell,
             table=_round_table(r.bundle, dep, r.role.dcp),
             kv=kv,
-            pool=make_pool(dep.resources, kv.usable_kv_bytes, block_size=cfg.block_size, num_draft_tokens=dep.num_draft_tokens),
+            pool=_kv_pool(dep.resources, kv.usable_kv_bytes, cfg.block_size, dep.num_draft_tokens),
             max_num_batched_tokens=req.max_num_tokens,
             max_num_seqs=req.max_batch_size,
             gpu_memory_utilization=req.memory_fraction_value,

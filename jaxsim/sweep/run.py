@@ -53,7 +53,12 @@ METRIC_COLUMNS = (
     "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
     "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "sla_ok",
 )
-_STATUS_DICT = pa.array(ev.st.name_table(), pa.string())
+_STATUS_NAMES = tuple(ev.st.name_table())
+_STATUS_DICT = pa.array(list(_STATUS_NAMES), pa.string())
+
+
+def _status_name(code: int) -> str:
+    return _STATUS_NAMES[code] if 0 <= code < len(_STATUS_NAMES) else f"unknown:{code}"
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
 X_COL = "tokens_per_s_per_user"
 Y_COL = "output_tokens_per_s_per_gpu"
@@ -430,23 +435,24 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
                 if csv_writer is None:
                     csv_writer = pacsv.CSVWriter(str(tmp_csv), plain.schema)
                 csv_writer.write_table(plain)
-            names, cnt = np.unique(t.column("status_name").to_numpy(zero_copy_only=False).astype(str), return_counts=True)
-            for a, c in zip(names, cnt):
-                status_counts[str(a)] = status_counts.get(str(a), 0) + int(c)
-            feasible += int(pc.sum(t.column("sla_ok")).as_py() or 0)
-            wl_idx = t.column("workload").combine_chunks().indices.to_numpy()
-            st_col = t.column("status").to_numpy()
+            # counts by integer code (status_name is the dictionary of status codes): no string sorting
+            st_col = t.column("status").to_numpy().astype(np.int64)
+            wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
             sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
-            st_names = t.column("status_name").to_numpy(zero_copy_only=False).astype(str)
-            for wi in np.unique(wl_idx):
-                mine = wl_idx == wi
+            feasible += int(sla_col.sum())
+            nc = max(len(_STATUS_NAMES), int(st_col.max()) + 1 if st_col.size else 0)
+            nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
+            by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
+            sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
+            for c in np.flatnonzero(by.sum(axis=0)):
+                status_counts[_status_name(c)] = status_counts.get(_status_name(c), 0) + int(by[:, c].sum())
+            for wi in np.flatnonzero(by.sum(axis=1)):
                 d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
-                d["configs"] += int(mine.sum())
-                d["supported"] += int((mine & (st_col < ev.st.FIRST_UNSUPPORTED)).sum())
-                d["sla_feasible"] += int((mine & sla_col).sum())
-                rn, rc = np.unique(st_names[mine & (st_col >= ev.st.FIRST_UNSUPPORTED)], return_counts=True)
-                for a, c in zip(rn, rc):
-                    d["refusals"][str(a)] = d["refusals"].get(str(a), 0) + int(c)
+                d["configs"] += int(by[wi].sum())
+                d["supported"] += int(by[wi, : ev.st.FIRST_UNSUPPORTED].sum())
+                d["sla_feasible"] += int(sla_by[wi])
+                for c in np.flatnonzero(by[wi, ev.st.FIRST_UNSUPPORTED:]) + ev.st.FIRST_UNSUPPORTED:
+                    d["refusals"][_status_name(c)] = d["refusals"].get(_status_name(c), 0) + int(by[wi, c])
     except BaseException:
         for t in (tmp, tmp_csv):
             if t is not None and t.exists():
