@@ -18,7 +18,7 @@ from jaxsim._lazy import lazy_api
 
 __getattr__, __all__ = lazy_api("jaxsim.kernels", {
     **dict.fromkeys(("RoundTable", "compile_round_table", "common_tables", "stack_round_tables", "decode_latency_ms",
-                     "prefill_latency_ms", "prefill_query_ms", "mixed_latency_ms", "scheduler_pass_latency_ms",
+                     "prefill_latency_ms", "prefill_query_ms", "mixed_latency_ms", "scheduler_pass_latency_ms", "pass_lookups",
                      "decode_batch", "prefill_batch", "mixed_batch"), "rounds"),
     **dict.fromkeys(("load_round_table", "choose_deployment", "profile_data_source"), "tables"),
     **dict.fromkeys(("run_batched", "decode_points", "support_grid", "prefill_grid"), "batched"),

@@ -280,8 +280,10 @@ def _combined_code(has_p, has_d, cp, cd):
     )
 
 
-def _pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens):
-    """The prefill and decode lookups of one iteration, and the status of their combination."""
+def pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens):
+    """The prefill and decode lookups of one iteration (``has_p, has_d, prefill_ms, decode_ms, code``; a
+    part without requests costs 0), and the status of their combination: shared by the round kernels
+    and the replay engine's pass pricing."""
     has_p = num_prefill_requests > 0
     has_d = num_decode_requests > 0
     lp, cp = prefill_latency_ms(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens)
@@ -366,7 +368,7 @@ def scheduler_pass_latency_ms(
     """Cost of one replay scheduler pass: the prefill-chunk lookup plus the decode (or measured
     speculative round) lookup, summed, as the reference's replay engine prices a pass. (The
     ForwardPassMetrics composition with a decode baseline is :func:`mixed_latency_ms`.)"""
-    _, _, lp, ld, code = _pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
+    _, _, lp, ld, code = pass_lookups(t, num_prefill_requests, prefill_tokens, prefill_kv_tokens, num_decode_requests, decode_kv_tokens)
     ok = code < st.FIRST_UNSUPPORTED
     return jnp.where(ok, lp + ld, jnp.nan), code.astype(jnp.int32)
 

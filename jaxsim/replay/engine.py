@@ -40,7 +40,7 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.capacity import blocks_for
-from jaxsim.kernels.rounds import RoundTable, decode_latency_ms, prefill_latency_ms
+from jaxsim.kernels.rounds import RoundTable, pass_lookups
 
 # replay status codes (registered in jaxsim.kernels.status, 64–79); a replay stopped by a lookup outside
 # measured support keeps the lookup's code (16–31)
@@ -302,15 +302,12 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     nd = jnp.sum(dready).astype(jnp.int64)
     dkv = jnp.sum(jnp.where(dready, len2 - 1, 0))
 
-    lp, cp = prefill_latency_ms(p.table, np_, ptok, pkv)
-    ld, cd = decode_latency_ms(p.table, nd, dkv)
-    bad_p = (np_ > 0) & (cp >= st.FIRST_UNSUPPORTED)
-    bad_d = (nd > 0) & (cd >= st.FIRST_UNSUPPORTED)
-    bad = bad_p | bad_d
+    has_p, has_d, lp, ld, code = pass_lookups(p.table, np_, ptok, pkv, nd, dkv)
+    bad = code >= st.FIRST_UNSUPPORTED
     # the reference's clock adds two rounded durations: no fused multiply-add may form here
     zero = jnp.minimum(s.passes, 0)
-    p_ms = jnp.where((np_ > 0) & ~bad, _pass_duration_ms(jnp.where(bad_p, 0.0, lp), zero), 0.0)
-    d_ms = jnp.where((nd > 0) & ~bad, _pass_duration_ms(jnp.where(bad_d, 0.0, ld), zero), 0.0)
+    p_ms = jnp.where(has_p & ~bad, _pass_duration_ms(jnp.where(bad, 0.0, lp), zero), 0.0)
+    d_ms = jnp.where(has_d & ~bad, _pass_duration_ms(jnp.where(bad, 0.0, ld), zero), 0.0)
     p_ms, d_ms = _opaque(p_ms, zero), _opaque(d_ms, zero)
     end = (now + p_ms) + d_ms
     end = _materialize(end)  # read by every per-slot and per-request update
@@ -367,7 +364,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     head_lost = ((s.n_run > 0) & (cut == 0)) | ((n_run2 > 0) & (t_star == 0))
     progress = (jnp.sum(pre) > 0) | (n_adm > 0) | jnp.any(sched2) | jnp.any(ready)
     stalled = head_lost | ~progress
-    status = jnp.where(bad, jnp.where(bad_p, cp, cd), jnp.where(stalled, STALLED, RUNNING)).astype(jnp.int32)
+    status = jnp.where(bad, code, jnp.where(stalled, STALLED, RUNNING)).astype(jnp.int32)
     failed = jnp.where(bad, jnp.stack([np_, ptok, pkv, nd, dkv]), s.failed)
     done_count = s.done_count + jnp.sum(done)
     status = jnp.where((status == RUNNING) & (done_count >= n_acc), COMPLETED, status).astype(jnp.int32)
