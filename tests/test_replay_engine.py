@@ -248,3 +248,22 @@ def test_closed_loop_agrees_with_sweep_steady_state(table, accepted):
     assert int(res.status) == COMPLETED and int(m.status) < 16
     assert abs(tpot - float(m.tpot_ms)) <= 0.05 * float(m.tpot_ms)
     assert abs(throughput - float(m.output_tokens_per_s_per_gpu)) <= 0.05 * float(m.output_tokens_per_s_per_gpu)
+
+
+def test_run_replays_same_results_with_shared_or_per_config_tables():
+    """A group whose configurations share one table object passes it once; equal tables held as separate
+    objects are stacked per configuration. Both give the same per-request results."""
+    import dataclasses
+
+    rng = np.random.default_rng(3)
+    n = 24
+    trace = make_trace("t", np.cumsum(rng.exponential(25.0, n)), rng.integers(64, 512, n), rng.integers(4, 24, n))
+    table = padded_tables()["ar_core"]
+    shared = [ReplayConfig(f"s{i}", 0, np.zeros(5), aggregated=_pool("ar_core", max_num_seqs=2 + i)) for i in range(3)]
+    copies = [dataclasses.replace(c, aggregated=dataclasses.replace(c.aggregated, table=jax.tree.map(lambda x: x.copy(), table)))
+              for c in shared]
+    assert len({id(c.aggregated.table) for c in copies}) == 3 and len({id(c.aggregated.table) for c in shared}) == 1
+    for a, b in zip(run_replays(copies, trace), run_replays(shared, trace)):
+        assert a.status == b.status == COMPLETED
+        for k in ("first_token_ms", "last_token_ms", "preemptions"):
+            np.testing.assert_array_equal(a.requests[k], b.requests[k])

@@ -274,25 +274,26 @@ def _executable(args, statics: dict, timings: dict | None):
 
 
 def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
-    """Run (params, requests, key, slots, stochastic) items, grouped by static arguments and table.
+    """Run (params, requests, key, slots, stochastic) items grouped by static arguments.
 
-    A group shares one table (passed once, not copied per item); tables are padded to common shapes
-    so groups of one slot bucket share one compilation. ``timings`` (optional) accumulates
-    ``compile_s``, ``run_s`` and ``compilations``."""
+    Tables are padded to common shapes, so groups of one slot bucket share one compilation. A group
+    whose items all use one table passes it once (not a copy per item); otherwise the tables are
+    stacked. ``timings`` (optional) accumulates ``compile_s``, ``run_s`` and ``compilations``."""
     tables = {id(it[0].table): it[0].table for it in items}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
     groups: dict = {}
     for i, it in enumerate(items):
-        groups.setdefault((it[3], it[4], it[1].size, id(it[0].table)), []).append(i)
+        groups.setdefault((it[3], it[4], it[1].size), []).append(i)
     out = [None] * len(items)
     ndev = num_devices()
-    for (slots, stochastic, _, tid), idx in groups.items():
+    for (slots, stochastic, _), idx in groups.items():
         size = pow2_bucket(len(idx))  # bucketed batch: few distinct compilations
         size = size if not chunk else min(int(chunk), size)
-        table = padded[tid]
-        shared = {id(x) for x in jax.tree.leaves(table)}
+        tids = {id(items[i][0].table) for i in idx}
+        shared_table = len(tids) == 1
+        shared = {id(x) for x in jax.tree.leaves(padded[next(iter(tids))])} if shared_table else set()
         per_item = lambda fn, tree: jax.tree.map(lambda x: x if id(x) in shared else fn(x), tree)  # noqa: E731
-        params = [eqx.tree_at(lambda q: q.table, items[i][0], table) for i in idx]
+        params = [eqx.tree_at(lambda q: q.table, items[i][0], padded[id(items[i][0].table)]) for i in idx]
         stacked = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
         rqs = _np_stack([items[i][1] for i in idx])
         keys = np.stack([np.asarray(items[i][2]) for i in idx])
@@ -300,13 +301,14 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
             sel = np.arange(lo, lo + size) % len(idx)
             pick = lambda x: x[sel]  # noqa: E731
             pp, rr, kk = per_item(pick, stacked), jax.tree.map(pick, rqs), keys[sel]
-            if ndev > 1 and size % ndev == 0:  # items split over the devices, the table copied to each
+            if ndev > 1 and size % ndev == 0:  # items split over the devices, a shared table copied to each
                 sh, rep = batch_sharding(), replicated()
                 put = lambda x: jax.device_put(x, sh)  # noqa: E731
                 pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in shared else put(x), pp)
                 rr, kk = jax.tree.map(put, rr), put(kk)
             args = (pp, rr, kk)
-            exe = _executable(args, dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=True), timings)
+            statics = dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=shared_table)
+            exe = _executable(args, statics, timings)
             t0 = time.perf_counter()
             part = jax.tree.map(np.asarray, exe(*args))
             if timings is not None:
