@@ -43,6 +43,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _synthetic_model import QWEN_CFG  # noqa: E402
+
 MODEL = "bench-ckpt/synthetic-dense-8b"
 REVISION = "3b1f0c9d2e4a5b6c7d8e9f00112233445566aabb"
 SYSTEM = "h200_sxm"
@@ -58,16 +61,6 @@ PREFILL_BATCHES = 16
 DECODE_PER_REQ_KV = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 PREFILL_TOKENS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
 PREFILL_KV = [0, 16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
-QWEN_CFG = {
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
-    "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
-    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936,
-}
 
 
 def decode_ms(b: int, kv: int) -> float:

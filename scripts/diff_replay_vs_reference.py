@@ -52,22 +52,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _synthetic_model import QWEN_CFG  # noqa: E402
+
 MODEL = "golden-ckpt/rfuzz-dense-8b"
 REVISION = "4d6f8a0c2e4b6d8f0a2c4e6b8d0f2a4c6e8b0d2f"
 SYSTEM = "h200_sxm"
 BACKEND_VERSION = "0.24.0"
 KV_BYTES_PER_TOKEN = 65536
 GPU_MEMORY_UTILIZATION = 0.9
-QWEN_CFG = {
-    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
-    "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
-    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
-    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
-    "use_sliding_window": False, "vocab_size": 151936,
-}
 DRAFT_REVISION = "1b2c3d4e5f60718293a4b5c6d7e8f9011a2b3c4d"
 STOP_MESSAGES = ("effect-free zero-duration pass",)
 
