@@ -8,6 +8,7 @@ a whole sweep compiles once.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,20 +258,31 @@ def _np_stack(trees):
 _EXECUTABLES: dict = {}
 
 
-def _executable(args, statics: dict, timings: dict | None):
-    """The compiled replay for these argument shapes/placements (compiled once per process and shape
-    bucket; the persistent cache serves later processes). Compile time goes to ``timings``."""
-    key = (tuple(sorted(statics.items())), jax.tree.structure(args),
-           tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
-    exe = _EXECUTABLES.get(key)
-    if exe is None:
-        t0 = time.perf_counter()
-        exe = replay_many.lower(*args, **statics).compile()
-        _EXECUTABLES[key] = exe
-        if timings is not None:
-            timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
-            timings["compilations"] = timings.get("compilations", 0) + 1
-    return exe
+def _exe_key(args, statics: dict):
+    return (tuple(sorted(statics.items())), jax.tree.structure(args),
+            tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
+
+
+def _compile_all(calls, timings: dict | None) -> None:
+    """Compile the executables ``calls`` need that this process has not compiled yet (once per shape
+    bucket; the persistent cache serves later processes): traced one after the other, compiled by XLA
+    in parallel threads. Wall time goes to ``timings``."""
+    t0 = time.perf_counter()
+    todo = {}
+    for _, args, statics in calls:
+        key = _exe_key(args, statics)
+        if key not in _EXECUTABLES and key not in todo:
+            todo[key] = replay_many.lower(*args, **statics)
+    if not todo:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+        for key, exe in zip(todo, pool.map(lambda lowered: lowered.compile(), todo.values())):
+            _EXECUTABLES[key] = exe
+    if timings is not None:
+        timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
+        timings["compilations"] = timings.get("compilations", 0) + len(todo)
 
 
 def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
@@ -284,19 +296,20 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
     groups: dict = {}
     for i, it in enumerate(items):
         groups.setdefault((it[3], it[4], it[1].size), []).append(i)
-    out = [None] * len(items)
     ndev = num_devices()
+    calls = []  # (item indices, args, statics)
     for (slots, stochastic, _), idx in groups.items():
         size = pow2_bucket(len(idx))  # bucketed batch: few distinct compilations
         size = size if not chunk else min(int(chunk), size)
         tids = {id(items[i][0].table) for i in idx}
         shared_table = len(tids) == 1
         shared = {id(x) for x in jax.tree.leaves(padded[next(iter(tids))])} if shared_table else set()
-        per_item = lambda fn, tree: jax.tree.map(lambda x: x if id(x) in shared else fn(x), tree)  # noqa: E731
+        per_item = lambda fn, tree, shared=shared: jax.tree.map(lambda x: x if id(x) in shared else fn(x), tree)  # noqa: E731
         params = [eqx.tree_at(lambda q: q.table, items[i][0], padded[id(items[i][0].table)]) for i in idx]
         stacked = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
         rqs = _np_stack([items[i][1] for i in idx])
         keys = np.stack([np.asarray(items[i][2]) for i in idx])
+        statics = dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=shared_table)
         for lo in range(0, len(idx), size):
             sel = np.arange(lo, lo + size) % len(idx)
             pick = lambda x: x[sel]  # noqa: E731
@@ -306,17 +319,18 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
                 put = lambda x: jax.device_put(x, sh)  # noqa: E731
                 pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in shared else put(x), pp)
                 rr, kk = jax.tree.map(put, rr), put(kk)
-            args = (pp, rr, kk)
-            statics = dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=shared_table)
-            exe = _executable(args, statics, timings)
-            t0 = time.perf_counter()
-            part = jax.tree.map(np.asarray, exe(*args))
-            if timings is not None:
-                timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
-            for j in range(min(size, len(idx) - lo)):
-                out[idx[lo + j]] = unstack(part, j)
-            if progress is not None:
-                progress(min(size, len(idx) - lo))
+            calls.append(([idx[j] for j in range(lo, min(lo + size, len(idx)))], (pp, rr, kk), statics))
+    _compile_all(calls, timings)
+    out = [None] * len(items)
+    for members, args, statics in calls:
+        t0 = time.perf_counter()
+        part = jax.tree.map(np.asarray, _EXECUTABLES[_exe_key(args, statics)](*args))
+        if timings is not None:
+            timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
+        for j, i in enumerate(members):
+            out[i] = unstack(part, j)
+        if progress is not None:
+            progress(len(members))
     return out
 
 
