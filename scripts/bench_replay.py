@@ -313,6 +313,25 @@ def axes(n: int) -> tuple[list[int], list[int]]:
     return seqs, [step * (i + 1) for i in range(k)]
 
 
+def agreement(pred: dict, path: Path, config_part: str | None = None) -> dict:
+    """Largest relative TTFT / E2E difference between a jaxsim replay output (rows of the configuration
+    whose name contains ``config_part``, or all) and the reference's per-request records (session ids
+    request_<line number>); requests completed by both are compared."""
+    t = pq.read_table(path, columns=["config", "row", "terminal", "ttft_ms", "e2e_ms"]).to_pydict()
+    ref = {r["session_id"]: r for r in pred["per_request"]}
+    out = {"compared": 0, "max_rel_ttft": 0.0, "max_rel_e2e": 0.0}
+    for i, row in enumerate(t["row"]):
+        r = ref.get(f"request_{int(row) + 1}")
+        if (config_part is not None and config_part not in t["config"][i]) or r is None:
+            continue
+        if r.get("terminal_status") != "completed" or t["terminal"][i] != "completed":
+            continue
+        out["compared"] += 1
+        for mk, rk, key in (("ttft_ms", "ttft_ms", "max_rel_ttft"), ("e2e_ms", "e2e_latency_ms", "max_rel_e2e")):
+            out[key] = max(out[key], abs(float(t[mk][i]) - float(r[rk])) / max(abs(float(r[rk])), 1e-300))
+    return out
+
+
 def _rss_mb(ru) -> float:
     return ru.ru_maxrss / 1024.0  # Linux: kilobytes
 
@@ -392,7 +411,7 @@ def main() -> None:
         cfg = work / "reference.yaml"  # JSON is YAML
         cfg.write_text(json.dumps(reference_config(pdir, trace, args.seqs, args.tokens, 16), indent=1))
         r1 = run_reference(str(cli), cfg, work / "ref-out", work)
-        r1.pop("prediction")
+        pred = r1.pop("prediction")
         pair = run_reference_pair(str(cli), cfg, [work / "ref-a", work / "ref-b"], work)
         ref = {
             "engine_s": r1["engine_wall_s"], "cli_s": r1["cli_wall_s"], "completed": r1["completed"],
@@ -459,6 +478,13 @@ def main() -> None:
               f"(compile {w['timings']['compile_s']:.1f} s, replay {w['timings']['run_s']:.1f} s) -> {c['rate']:,.0f} / {w['rate']:,.0f} "
               f"request-replays/s; peak RSS {c['peak_rss_mb']:,.0f} MB")
     report["cli"] = cli_rows
+    if ref is not None:
+        for n in [int(x) for x in args.cli_sizes.split(",") if x]:
+            ag = agreement(pred, work / f"cli-{n}.parquet", f"seqs={args.seqs} tokens={args.tokens}" if n > 1 else None)
+            report.setdefault("agreement", {})[n] = ag
+            print(f"per-request agreement with the reference (max_num_seqs {args.seqs}, max_num_batched_tokens {args.tokens}; "
+                  f"{'the sweep' if n > 1 else 'one config'}): {ag['compared']} requests, max relative difference TTFT "
+                  f"{ag['max_rel_ttft']:.3g}, E2E {ag['max_rel_e2e']:.3g}")
 
     # the table
     print("\n| | reference | jaxsim | ratio |\n|---|---:|---:|---:|")
