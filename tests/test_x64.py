@@ -3,7 +3,10 @@ int64 sentinels and nanosecond clocks into int32 (jaxsim._jax.jit_x64 / ensure_x
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -31,7 +34,7 @@ def test_rounds_kernels_hold_x64_entry_points():
         assert isinstance(f, jx._X64Jit)
 
 
-@pytest.fixture
+@contextmanager
 def x64_off():
     jax.config.update("jax_enable_x64", False)
     try:
@@ -40,16 +43,20 @@ def x64_off():
         jax.config.update("jax_enable_x64", True)
 
 
-def test_an_entry_point_called_with_x64_off_turns_it_back_on(x64_off):
-    assert not jax.config.read("jax_enable_x64")
-    pool = capacity.KvPool(*(np.int64(v) for v in (2**40, 1000, 16, 256, 0)), np.bool_(False),
-                           *(np.zeros(capacity.MAX_GROUPS, np.int64) for _ in range(3)))
-    out = capacity.pool_capacity_jit(pool, np.int64(3_000_000_000), np.int64(1))  # needs int64: > 2**31
-    assert jax.config.read("jax_enable_x64")
+def test_an_entry_point_called_with_x64_off_turns_it_back_on():
+    i64 = lambda v: jnp.asarray(v, jnp.int64)  # noqa: E731
+    pool = capacity.KvPool(i64(2**40), i64(1000), i64(16), i64(256), i64(0), jnp.asarray(False),
+                           *(jnp.zeros(capacity.MAX_GROUPS, jnp.int64) for _ in range(3)))
+    with x64_off():
+        assert not jax.config.read("jax_enable_x64")
+        out = capacity.pool_capacity_jit(pool, np.int64(3_000_000_000), np.int64(1))  # needs int64: > 2**31
+        assert jax.config.read("jax_enable_x64")
     assert out.request_blocks.dtype == np.int64 and int(out.request_blocks) == -(-3_000_000_001 // 16)
 
 
-def test_x64_that_cannot_be_enabled_is_a_clear_error(x64_off, monkeypatch):
-    monkeypatch.setattr(jax.config, "update", lambda *a, **k: None)  # a process that refuses x64
-    with pytest.raises(RuntimeError, match="needs JAX's 64-bit mode"):
-        rounds.decode_batch(None, np.array([1]), np.array([1]))
+def test_x64_that_cannot_be_enabled_is_a_clear_error(monkeypatch):
+    with x64_off():
+        monkeypatch.setattr(jax.config, "update", lambda *a, **k: None)  # a process that refuses x64
+        with pytest.raises(RuntimeError, match="needs JAX's 64-bit mode"):
+            rounds.decode_batch(None, np.array([1]), np.array([1]))
+        monkeypatch.undo()

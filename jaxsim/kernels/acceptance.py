@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float64, Int64
+from jaxtyping import Array, ArrayLike, Float64, Int64
 
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
 from jaxsim.rules.acceptance import (  # noqa: F401
@@ -21,7 +21,7 @@ from jaxsim.rules.acceptance import (  # noqa: F401
 
 
 def expected_tokens_per_round(
-    rates: Float64[Array, " 5"], num_draft_tokens: Int64[Array, ""], remaining_tokens: Float64[Array, ""]
+    rates: Float64[ArrayLike, " 5"], num_draft_tokens: Int64[ArrayLike, ""], remaining_tokens: Float64[ArrayLike, ""]
 ) -> Float64[Array, ""]:
     """Exact E[min(1 + accepted drafts, remaining)] for chained conditional acceptance.
 

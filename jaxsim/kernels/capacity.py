@@ -20,7 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float64, Int32, Int64
+from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
 from jaxsim.rules.capacity import (  # noqa: F401  (plain-Python rules, re-exported here)
@@ -49,9 +49,9 @@ MAX_GROUPS = 4
 
 
 def declared_kv_bytes(
-    gpu_budget_bytes: Float64[Array, ""],
-    non_kv_bytes: Int64[Array, ""],
-    cuda_graph_reserved_bytes: Int64[Array, ""],
+    gpu_budget_bytes: Float64[ArrayLike, ""],
+    non_kv_bytes: Int64[ArrayLike, ""],
+    cuda_graph_reserved_bytes: Int64[ArrayLike, ""],
 ) -> Int64[Array, ""]:
     """Declared-memory pool: ⌊capacity × fraction − declared non-KV bytes − graph reservation⌋ (may be ≤ 0).
 
@@ -62,36 +62,36 @@ def declared_kv_bytes(
     return jnp.floor(gpu_budget_bytes - (non_kv_bytes + cuda_graph_reserved_bytes).astype(jnp.float64)).astype(jnp.int64)
 
 
-def gpu_budget_bytes(gpu_memory_bytes, memory_fraction) -> np.ndarray:
+def gpu_budget_bytes(gpu_memory_bytes, memory_fraction) -> np.ndarray | np.float64:
     """capacity × fraction in float64, rounded once (numpy, outside jit)."""
     return np.asarray(gpu_memory_bytes, np.float64) * np.asarray(memory_fraction, np.float64)
 
 
-def tolerance_kv_bytes(kv_bytes: Int64[Array, ""], tolerance_fraction: Float64[Array, ""]) -> Int64[Array, ""]:
+def tolerance_kv_bytes(kv_bytes: Int64[ArrayLike, ""], tolerance_fraction: Float64[ArrayLike, ""]) -> Int64[Array, ""]:
     """Pool after a safety tolerance t ∈ [0, 1): ⌊bytes · (1 − t)⌋."""
     return jnp.floor(jnp.asarray(kv_bytes, jnp.float64) * (1.0 - tolerance_fraction)).astype(jnp.int64)
 
 
-def kv_tokens(kv_bytes: Int64[Array, ""], kv_bytes_per_token: Int64[Array, ""]) -> Int64[Array, ""]:
+def kv_tokens(kv_bytes: Int64[ArrayLike, ""], kv_bytes_per_token: Int64[ArrayLike, ""]) -> Int64[Array, ""]:
     """Whole tokens a linear pool holds: ⌊bytes / bytes_per_token⌋."""
     return jnp.floor_divide(kv_bytes, jnp.maximum(kv_bytes_per_token, 1))
 
 
-def blocks_for(tokens: Int64[Array, "*N"], block_size) -> Int64[Array, "*N"]:
+def blocks_for(tokens: Int64[ArrayLike, "*#N"], block_size: Int64[ArrayLike, "*#N"]) -> Int64[ArrayLike, "*#N"]:
     """Blocks that hold ``tokens`` tokens: ⌈tokens / block_size⌉ (block_size ≥ 1). Plain integer array
     arithmetic: numpy in, numpy out; traced in, traced out."""
     return (tokens + block_size - 1) // block_size
 
 
-def kv_blocks(tokens: Int64[Array, ""], block_size: Int64[Array, ""]) -> Int64[Array, ""]:
+def kv_blocks(tokens: Int64[ArrayLike, ""], block_size: Int64[ArrayLike, ""]) -> Int64[Array, ""]:
     """Whole scheduler blocks: ⌊tokens / block_size⌋ (−1 when block_size ≤ 0)."""
     return jnp.where(block_size > 0, jnp.floor_divide(tokens, jnp.maximum(block_size, 1)), -1)
 
 
 def request_blocks(
-    isl: Int64[Array, ""], osl: Int64[Array, ""], lookahead_tokens: Int64[Array, ""], block_size: Int64[Array, ""]
-) -> Int64[Array, ""]:
-    """Blocks one request needs at its peak: ⌈(ISL + OSL + lookahead) / block_size⌉.
+    isl: Int64[ArrayLike, "*W"], osl: Int64[ArrayLike, "*W"], lookahead_tokens: Int64[ArrayLike, ""], block_size: Int64[ArrayLike, ""]
+) -> Int64[Array, "*W"]:
+    """Blocks one request (or each of the workload classes ``*W``) needs at its peak: ⌈(ISL + OSL + lookahead) / block_size⌉.
 
     ``lookahead_tokens`` is K+1 when speculating (the slots reserved before a round), else 0.
     """
@@ -99,11 +99,11 @@ def request_blocks(
 
 
 def grouped_request_bytes(
-    block_tokens: Int64[Array, " G"],
-    page_bytes: Int64[Array, " G"],
-    window_tokens: Int64[Array, " G"],
-    length_tokens: Int64[Array, ""],
-    step_tokens: Int64[Array, ""],
+    block_tokens: Int64[ArrayLike, " G"],
+    page_bytes: Int64[ArrayLike, " G"],
+    window_tokens: Int64[ArrayLike, " G"],
+    length_tokens: Int64[ArrayLike, ""],
+    step_tokens: Int64[ArrayLike, ""],
 ) -> Int64[Array, ""]:
     """Bytes one request holds in a grouped cache at ``length_tokens`` (pages summed over groups).
 
@@ -118,14 +118,14 @@ def grouped_request_bytes(
     return jnp.sum(pages * page_bytes)
 
 
-def kv_transfer_ms(isl: Int64[Array, "*N"], kv_bytes_per_token, bytes_per_s) -> Float64[Array, "*N"]:
+def kv_transfer_ms(isl: Int64[Array | np.ndarray, "*N"], kv_bytes_per_token, bytes_per_s) -> Float64[Array | np.ndarray, "*N"]:
     """Prefill → decode KV hand-off of a prompt of ``isl`` tokens (ms): each rank sends its rank-local
     share over its own link. Plain array arithmetic: numpy arrays in, numpy out (the replay's host-side
     arrival times); traced arrays in, traced out (the sweep model)."""
     return isl.astype("float64") * kv_bytes_per_token / bytes_per_s * 1e3
 
 
-def max_concurrency(kv_blocks_: Int64[Array, ""], request_blocks_: Int64[Array, ""], max_batch_size: Int64[Array, ""]) -> Int64[Array, ""]:
+def max_concurrency(kv_blocks_: Int64[ArrayLike, ""], request_blocks_: Int64[ArrayLike, ""], max_batch_size: Int64[ArrayLike, ""]) -> Int64[Array, ""]:
     """Requests that fit at once: min(max_batch_size, ⌊blocks / blocks per request⌋)."""
     return jnp.minimum(max_batch_size, jnp.floor_divide(kv_blocks_, jnp.maximum(request_blocks_, 1)))
 
@@ -159,7 +159,7 @@ class PoolCapacity(eqx.Module):
     status: Int32[Array, ""]
 
 
-def pool_capacity(pool: KvPool, isl: Int64[Array, ""], osl: Int64[Array, ""]) -> PoolCapacity:
+def pool_capacity(pool: KvPool, isl: Int64[ArrayLike, ""], osl: Int64[ArrayLike, ""]) -> PoolCapacity:
     """KV tokens, blocks, per-request blocks and max concurrency of one pool for requests of ISL + OSL."""
     isl = jnp.asarray(isl, jnp.int64)
     osl = jnp.asarray(osl, jnp.int64)

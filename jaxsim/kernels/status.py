@@ -156,12 +156,12 @@ EXPLAIN: dict[int, str] = {c: s.explain for c, s in REGISTRY.items() if not s.an
 _NAME_TABLE = np.array([NAMES.get(i, f"unknown:{i}") for i in range(NUM_CODES)], dtype=object)
 
 
-def is_supported(code: np.ndarray | int) -> np.ndarray | bool:
+def is_supported(code: np.ndarray | int | np.integer) -> np.ndarray | np.bool_:
     """True where a lookup status code is an answer (not unsupported)."""
     return np.asarray(code) < FIRST_UNSUPPORTED
 
 
-def name(code: int) -> str:
+def name(code: int | np.integer) -> str:
     return NAMES.get(int(code), f"unknown:{int(code)}")
 
 
@@ -175,6 +175,6 @@ def name_table() -> list[str]:
     return list(_NAME_TABLE)
 
 
-def worst(*codes: int) -> int:
+def worst(*codes: int | np.integer) -> int:
     """The worst of some status codes by :data:`SEVERITY` (compiled code indexes :data:`RANK` instead)."""
     return max((int(c) for c in codes), key=lambda c: int(RANK[c]))

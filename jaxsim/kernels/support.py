@@ -205,7 +205,7 @@ def _curve_eval(xs, ys, x: float) -> float | None:
     return float(ys[i] + (ys[i + 1] - ys[i]) * ((x - xs[i]) / (xs[i + 1] - xs[i])))
 
 
-def _prefill_path(levels: dict[int, tuple[list, list]], q_major: int, q_minor: int, covers: dict | None = None):
+def _prefill_path(levels: dict[int | float, tuple[list, list]], q_major: int | float, q_minor: int | float, covers: dict | None = None):
     """Pick the interpolation path along the minor axis first; None when unsupported.
 
     ``levels`` maps a major-axis value to the (minor coords, latencies) measured at it (sorted float lists).

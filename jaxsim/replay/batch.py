@@ -228,7 +228,7 @@ class ReplayOutcome:
     status_text: str
     requests: dict
     summary: dict
-    timeline: dict | None = None
+    timeline: list[dict] | None = None  # one pass timeline per worker pool (metrics.timeline_table)
     failed_query: tuple | None = None
 
     @property

@@ -10,6 +10,7 @@ speculative burst are 0) are given as mean/std; goodput counts completed request
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Mapping
 
 import numpy as np
@@ -22,9 +23,10 @@ LATENCY_METRICS = ("ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
 
 def per_request(
-    result: ReplayResult, arrival_ms, input_tokens, output_tokens, *, n: int | None = None
+    result: ReplayResult | SimpleNamespace, arrival_ms, input_tokens, output_tokens, *, n: int | None = None
 ) -> dict[str, np.ndarray]:
-    """Per-request columns (numpy) for one replay; ``n`` trims padding (defaults to all)."""
+    """Per-request columns (numpy) for one replay (a :class:`ReplayResult`, or a namespace of its per-request
+    fields gathered to numpy); ``n`` trims padding (defaults to all)."""
     r = {k: np.asarray(v) for k, v in vars(result).items() if k != "timeline"}
     arrival = np.asarray(arrival_ms, dtype=np.float64)
     n = arrival.shape[0] if n is None else int(n)

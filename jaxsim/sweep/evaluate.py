@@ -51,29 +51,29 @@ NUM_CHUNK_POINTS = CHUNK_NODES.size
 
 
 class ConfigInputs(eqx.Module):
-    """One configuration (leading axis = configs when batched). Workload classes are padded to W with
+    """One configuration (leading axes ``*c`` = configs when batched; numpy on the host, jax on the device). Workload classes are padded to W with
     weight 0. Pools and budgets are rank-local; ``*_workers`` count engine replicas inside one serving
     unit (aggregated: 0 prefill, 1 decode/aggregated worker)."""
 
-    prefill_workers: Int64[Array, ""]
-    decode_workers: Int64[Array, ""]
-    prefill_gpus: Int64[Array, ""]
-    decode_gpus: Int64[Array, ""]
-    nextn: Int64[Array, ""]
-    acceptance_id: Int64[Array, ""]
-    max_num_seqs: Int64[Array, ""]
-    max_num_batched_tokens: Int64[Array, ""]
-    prefill_max_num_batched_tokens: Int64[Array, ""]
-    kv_blocks: Int64[Array, ""]
-    prefill_kv_blocks: Int64[Array, ""]
-    block_size: Int64[Array, ""]
-    max_model_len: Int64[Array, ""]
-    kv_bytes_per_token: Int64[Array, ""]
-    kv_transfer_bytes_per_s: Float64[Array, ""]
-    concurrency: Int64[Array, ""]
-    isl: Int64[Array, " W"]
-    osl: Int64[Array, " W"]
-    weight: Float64[Array, " W"]
+    prefill_workers: Int64[Array | np.ndarray, "*c"]
+    decode_workers: Int64[Array | np.ndarray, "*c"]
+    prefill_gpus: Int64[Array | np.ndarray, "*c"]
+    decode_gpus: Int64[Array | np.ndarray, "*c"]
+    nextn: Int64[Array | np.ndarray, "*c"]
+    acceptance_id: Int64[Array | np.ndarray, "*c"]
+    max_num_seqs: Int64[Array | np.ndarray, "*c"]
+    max_num_batched_tokens: Int64[Array | np.ndarray, "*c"]
+    prefill_max_num_batched_tokens: Int64[Array | np.ndarray, "*c"]
+    kv_blocks: Int64[Array | np.ndarray, "*c"]
+    prefill_kv_blocks: Int64[Array | np.ndarray, "*c"]
+    block_size: Int64[Array | np.ndarray, "*c"]
+    max_model_len: Int64[Array | np.ndarray, "*c"]
+    kv_bytes_per_token: Int64[Array | np.ndarray, "*c"]
+    kv_transfer_bytes_per_s: Float64[Array | np.ndarray, "*c"]
+    concurrency: Int64[Array | np.ndarray, "*c"]
+    isl: Int64[Array | np.ndarray, "*c W"]
+    osl: Int64[Array | np.ndarray, "*c W"]
+    weight: Float64[Array | np.ndarray, "*c W"]
 
 
 PERCENTILES = (50, 90, 99)

@@ -1,0 +1,27 @@
+"""Test-suite set-up, loaded by pytest before any test module (and so before any jaxsim module).
+
+jaxtyping annotations (dtype and shape: ``Float64[Array, " W"]``) are checked at runtime in the compiled
+layers (``jaxsim.kernels``, ``jaxsim.replay``, ``jaxsim.sweep``) through jaxtyping's import hook with
+beartype, when beartype (the ``test`` extra) is installed. Checks run when a function is called or
+traced (inside ``jit``/``vmap`` a traced function sees the per-example shapes its annotations describe),
+never in the compiled code itself. ``JAXSIM_TYPECHECK=0`` turns them off (e.g. to time a test).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+if os.environ.get("JAXSIM_TYPECHECK", "1") != "0" and importlib.util.find_spec("beartype") is not None:
+    _early = sorted(m for m in sys.modules if m.split(".")[:2] in (["jaxsim", "kernels"], ["jaxsim", "replay"], ["jaxsim", "sweep"]))
+    if _early:  # a module imported before the hook would silently go unchecked
+        raise RuntimeError(f"jaxtyping import hook installed after {', '.join(_early)} was imported")
+    from jaxtyping import install_import_hook
+
+    _hook = install_import_hook(["jaxsim.kernels", "jaxsim.replay", "jaxsim.sweep"], "beartype.beartype")
+
+
+def pytest_configure(config):
+    # beartype's advice to write ``collections.abc.Sequence`` instead of ``typing.Sequence``: not a test failure
+    config.addinivalue_line("filterwarnings", "ignore::beartype.roar.BeartypeDecorHintPep585DeprecationWarning")
