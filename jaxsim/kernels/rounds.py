@@ -12,7 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float64, Int32, Int64
+from jaxtyping import Array, ArrayLike, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels import status as st
@@ -163,7 +163,7 @@ def stack_round_tables(tables) -> RoundTable:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *common_tables(tables))
 
 
-def _count_le(flat: Int64[Array, " N"], start, width: int, x: Int64[Array, ""]):
+def _count_le(flat: Int64[ArrayLike, " N"], start, width: int, x: Int64[ArrayLike, ""]):
     """Number of entries ≤ x in the sorted run flat[start : start + width] (width a power of two,
     padded with int64 max): a statically unrolled binary search, one gather per step."""
     pos = jnp.zeros((), jnp.int32)
@@ -175,7 +175,7 @@ def _count_le(flat: Int64[Array, " N"], start, width: int, x: Int64[Array, ""]):
     return pos + (flat[start + pos] <= x).astype(jnp.int32)
 
 
-def _piece(flat: Int64[Array, " N"], start, width: int, n: Int32[Array, ""], x: Int64[Array, ""]):
+def _piece(flat: Int64[ArrayLike, " N"], start, width: int, n: Int32[ArrayLike, ""], x: Int64[ArrayLike, ""]):
     """Piece index of x on a sorted grid (even: on a point; odd: between points) and in-range flag."""
     j = _count_le(flat, start, width, x) - 1
     jc = jnp.clip(j, 0, width - 1)
@@ -184,7 +184,7 @@ def _piece(flat: Int64[Array, " N"], start, width: int, n: Int32[Array, ""], x: 
     return jc, p, (j >= 0) & (p <= 2 * n - 2)
 
 
-def _decode_parts(t: RoundTable, batch: Int64[Array, ""], kv: Int64[Array, ""]):
+def _decode_parts(t: RoundTable, batch: Int64[ArrayLike, ""], kv: Int64[ArrayLike, ""]):
     batch = jnp.asarray(batch, jnp.int64)
     kv = jnp.asarray(kv, jnp.int64)
     jc, p, in_range = _piece(t.kv_grid, 0, t.kv_grid.shape[0], t.n_kv, kv)
@@ -207,7 +207,7 @@ def _curve_at(t: RoundTable, curve, jc, kv):
 
 
 def decode_latency_ms(
-    t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: Int64[Array, ""]
+    t: RoundTable, batch: Int64[ArrayLike, ""], total_kv_tokens: Int64[ArrayLike, ""]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """One decode iteration (or one measured speculative round) of ``batch`` requests.
 
@@ -229,7 +229,7 @@ def decode_latency_ms(
     return jnp.where(ok, lat, jnp.nan), code.astype(jnp.int32)
 
 
-def decode_baseline_ms(t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: Int64[Array, ""]) -> Float64[Array, ""]:
+def decode_baseline_ms(t: RoundTable, batch: Int64[ArrayLike, ""], total_kv_tokens: Int64[ArrayLike, ""]) -> Float64[Array, ""]:
     """Lowest-KV decode latency at ``batch``, bracketed like the decode query (mixed composition)."""
     _, lo, hi, w, code = _decode_parts(t, batch, total_kv_tokens)
     b_lo, b_hi = t.curve_base_ms[lo], t.curve_base_ms[hi]
@@ -238,7 +238,7 @@ def decode_baseline_ms(t: RoundTable, batch: Int64[Array, ""], total_kv_tokens: 
 
 
 def prefill_latency_ms(
-    t: RoundTable, batch: Int64[Array, ""], prefill_tokens: Int64[Array, ""], kv_read_tokens: Int64[Array, ""]
+    t: RoundTable, batch: Int64[ArrayLike, ""], prefill_tokens: Int64[ArrayLike, ""], kv_read_tokens: Int64[ArrayLike, ""]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """Table lookup of one prefill iteration of ``batch`` requests computing ``prefill_tokens`` new tokens
     in total and reading ``kv_read_tokens`` cached tokens. Same measured batch only; token-first then
@@ -295,7 +295,7 @@ def pass_lookups(t: RoundTable, num_prefill_requests, prefill_tokens, prefill_kv
 
 
 def prefill_query_ms(
-    t: RoundTable, batch: Int64[Array, ""], prefill_tokens: Int64[Array, ""], kv_read_tokens: Int64[Array, ""]
+    t: RoundTable, batch: Int64[ArrayLike, ""], prefill_tokens: Int64[ArrayLike, ""], kv_read_tokens: Int64[ArrayLike, ""]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """A ``prefill`` query row, decided like the reference's prefill lookup.
 
@@ -320,11 +320,11 @@ def prefill_query_ms(
 
 def mixed_latency_ms(
     t: RoundTable,
-    num_prefill_requests: Int64[Array, ""],
-    prefill_tokens: Int64[Array, ""],
-    prefill_kv_tokens: Int64[Array, ""],
-    num_decode_requests: Int64[Array, ""],
-    decode_kv_tokens: Int64[Array, ""],
+    num_prefill_requests: Int64[ArrayLike, ""],
+    prefill_tokens: Int64[ArrayLike, ""],
+    prefill_kv_tokens: Int64[ArrayLike, ""],
+    num_decode_requests: Int64[ArrayLike, ""],
+    decode_kv_tokens: Int64[ArrayLike, ""],
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """A ForwardPassMetrics iteration: ``prefill + max(0, decode − decode's lowest-KV baseline)``.
 
@@ -359,11 +359,11 @@ def mixed_latency_ms(
 
 def scheduler_pass_latency_ms(
     t: RoundTable,
-    num_prefill_requests: Int64[Array, ""],
-    prefill_tokens: Int64[Array, ""],
-    prefill_kv_tokens: Int64[Array, ""],
-    num_decode_requests: Int64[Array, ""],
-    decode_kv_tokens: Int64[Array, ""],
+    num_prefill_requests: Int64[ArrayLike, ""],
+    prefill_tokens: Int64[ArrayLike, ""],
+    prefill_kv_tokens: Int64[ArrayLike, ""],
+    num_decode_requests: Int64[ArrayLike, ""],
+    decode_kv_tokens: Int64[ArrayLike, ""],
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """Cost of one replay scheduler pass: the prefill-chunk lookup plus the decode (or measured
     speculative round) lookup, summed, as the reference's replay engine prices a pass. (The

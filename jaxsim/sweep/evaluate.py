@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float64, Int, Int32, Int64
+from jaxtyping import Array, ArrayLike, Bool, Float64, Int, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.errors import InputError
@@ -55,25 +55,25 @@ class ConfigInputs(eqx.Module):
     weight 0. Pools and budgets are rank-local; ``*_workers`` count engine replicas inside one serving
     unit (aggregated: 0 prefill, 1 decode/aggregated worker)."""
 
-    prefill_workers: Int64[Array | np.ndarray, "*c"]
-    decode_workers: Int64[Array | np.ndarray, "*c"]
-    prefill_gpus: Int64[Array | np.ndarray, "*c"]
-    decode_gpus: Int64[Array | np.ndarray, "*c"]
-    nextn: Int64[Array | np.ndarray, "*c"]
-    acceptance_id: Int64[Array | np.ndarray, "*c"]
-    max_num_seqs: Int64[Array | np.ndarray, "*c"]
-    max_num_batched_tokens: Int64[Array | np.ndarray, "*c"]
-    prefill_max_num_batched_tokens: Int64[Array | np.ndarray, "*c"]
-    kv_blocks: Int64[Array | np.ndarray, "*c"]
-    prefill_kv_blocks: Int64[Array | np.ndarray, "*c"]
-    block_size: Int64[Array | np.ndarray, "*c"]
-    max_model_len: Int64[Array | np.ndarray, "*c"]
-    kv_bytes_per_token: Int64[Array | np.ndarray, "*c"]
-    kv_transfer_bytes_per_s: Float64[Array | np.ndarray, "*c"]
-    concurrency: Int64[Array | np.ndarray, "*c"]
-    isl: Int64[Array | np.ndarray, "*c W"]
-    osl: Int64[Array | np.ndarray, "*c W"]
-    weight: Float64[Array | np.ndarray, "*c W"]
+    prefill_workers: Int64[ArrayLike, "*c"]
+    decode_workers: Int64[ArrayLike, "*c"]
+    prefill_gpus: Int64[ArrayLike, "*c"]
+    decode_gpus: Int64[ArrayLike, "*c"]
+    nextn: Int64[ArrayLike, "*c"]
+    acceptance_id: Int64[ArrayLike, "*c"]
+    max_num_seqs: Int64[ArrayLike, "*c"]
+    max_num_batched_tokens: Int64[ArrayLike, "*c"]
+    prefill_max_num_batched_tokens: Int64[ArrayLike, "*c"]
+    kv_blocks: Int64[ArrayLike, "*c"]
+    prefill_kv_blocks: Int64[ArrayLike, "*c"]
+    block_size: Int64[ArrayLike, "*c"]
+    max_model_len: Int64[ArrayLike, "*c"]
+    kv_bytes_per_token: Int64[ArrayLike, "*c"]
+    kv_transfer_bytes_per_s: Float64[ArrayLike, "*c"]
+    concurrency: Int64[ArrayLike, "*c"]
+    isl: Int64[ArrayLike, "*c W"]
+    osl: Int64[ArrayLike, "*c W"]
+    weight: Float64[ArrayLike, "*c W"]
 
 
 PERCENTILES = (50, 90, 99)
