@@ -57,8 +57,10 @@ _STATUS_NAMES = tuple(ev.st.name_table())
 _STATUS_DICT = pa.array(list(_STATUS_NAMES), pa.string())
 
 
-def _status_name(code: int) -> str:
+def _status_name(code: int | np.integer) -> str:
     return _STATUS_NAMES[code] if 0 <= code < len(_STATUS_NAMES) else f"unknown:{code}"
+
+
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
 X_COL = "tokens_per_s_per_user"
 Y_COL = "output_tokens_per_s_per_gpu"
