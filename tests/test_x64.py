@@ -12,9 +12,10 @@ import pytest
 
 import jaxsim._jax as jx
 from jaxsim.kernels import capacity, rounds
+from jaxsim.replay import batch, engine
 from jaxsim.sweep import evaluate, run
 
-ENTRY_MODULES = (rounds, capacity, evaluate, run)
+ENTRY_MODULES = (rounds, capacity, evaluate, run, engine, batch)
 
 
 def _raw_jits(module) -> list[str]:

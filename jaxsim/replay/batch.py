@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import ensure_x64
+from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.devices import batch_sharding, num_devices, replicated, shard_if_even
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
@@ -55,7 +55,7 @@ def unstack(tree, i: int):
     return jax.tree.map(lambda x: x[i], tree)
 
 
-replay_many = jax.jit(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
+replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
-from jaxsim._jax import ensure_x64
+from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, sample_burst
 from jaxsim.kernels.buckets import pow2_bucket
@@ -485,7 +485,7 @@ def replay_stack(
     return jax.vmap(_result)(rq, s, aux)
 
 
-replay_jit = jax.jit(replay, static_argnames=("slots", "stochastic", "timeline_len"))
+replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len"))
 
 
 def make_params(
