@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim._jax import ensure_x64, jit_x64
-from jaxsim.devices import batch_sharding, num_devices, replicated, shard_if_even
+from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
@@ -47,7 +47,7 @@ def stack_params(params: Sequence[EngineParams]) -> EngineParams:
     """Stack per-configuration parameters along a leading axis (tables padded to a common shape)."""
     tables = common_tables([p.table for p in params])
     params = [dataclasses.replace(p, table=t) for p, t in zip(params, tables)]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *params)
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *params)
 
 
 def unstack(tree, i: int):
@@ -61,19 +61,6 @@ replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) item
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
 
 
-_place = shard_if_even  # split the leading (item) axis over the local devices when it divides evenly
-
-
-def stack_requests(requests: Sequence[Requests]) -> Requests:
-    """Stack padded traces of one size along a leading axis."""
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *requests)
-
-
-def seed_keys(seeds: Sequence[int]) -> jax.Array:
-    """One PRNG key per seed."""
-    return jnp.stack([jax.random.PRNGKey(int(s)) for s in seeds])
-
-
 def replay_batch(
     params: Sequence[EngineParams],
     requests: Requests,
@@ -84,7 +71,8 @@ def replay_batch(
     timeline_len: int = 0,
     chunk: int | None = None,
 ) -> ReplayResult:
-    """Replay ``requests`` for every configuration (each with its seed; an int seed is shared).
+    """Replay ``requests`` for every configuration (each with its seed; an int seed is shared), as one
+    stacked result (numpy). Runs through the same grouped, bucketed runner as :func:`run_replays`.
 
     ``chunk`` splits very large sweeps into several calls of at most ``chunk`` configurations (the
     last call is padded with copies so every call reuses one compilation).
@@ -96,17 +84,8 @@ def replay_batch(
     seeds = [int(seeds)] * n if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
     if len(seeds) != n:
         raise ValueError(f"{len(seeds)} seeds for {n} configurations")
-    stacked = stack_params(params)
-    keys = seed_keys(seeds)
-    size = n if not chunk else min(int(chunk), n)
-    outs = []
-    for lo in range(0, n, size):
-        idx = np.arange(lo, lo + size) % n
-        rq = jax.tree.map(lambda x: jnp.broadcast_to(x, (size,) + x.shape), requests)
-        pp, rq, kk = _place(jax.tree.map(lambda x: x[idx], stacked), rq, keys[idx])
-        part = replay_many(pp, rq, kk, slots=slots, stochastic=stochastic, timeline_len=timeline_len)
-        outs.append(jax.tree.map(lambda x: x[: min(size, n - lo)], part))
-    return outs[0] if len(outs) == 1 else jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+    items = [(p, requests, jax.random.PRNGKey(s), int(slots), bool(stochastic)) for p, s in zip(params, seeds)]
+    return jax.tree.map(lambda *xs: np.stack(xs), *_run_items(items, timeline_len=timeline_len, chunk=chunk))
 
 
 # ----------------------------------------------------------------------------------------------------
