@@ -145,7 +145,6 @@ _FIRST, _SECOND, _LAST, _GAPSQ = range(4)
 _MAT, _DONE, _RECOMP = 1, 2, 4  # flag bits (_RECOMP: preempted, recomputing until it emits again)
 
 
-_blocks = blocks_for  # ⌈tokens / block_size⌉
 
 
 def _cumsum_excl(x):
@@ -224,7 +223,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     n_tok = jnp.minimum(need_tok, bud_before)
     live = in_run & (bud_before > 0)
     target = jnp.where(is_dec, comp_r + 1, comp_r + n_tok)
-    need_blk = jnp.where(live, jnp.maximum(_blocks(target, bs) - al_r, 0), 0)
+    need_blk = jnp.where(live, jnp.maximum(blocks_for(target, bs) - al_r, 0), 0)
     # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
     cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
     cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
@@ -251,9 +250,9 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     c_need = jnp.where(c_mat, jnp.minimum(K + 1, L - c_len), c_len)
     c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
     c_n = jnp.minimum(c_need, c_bud)
-    c_blk = _blocks(jnp.where(c_mat, c_len, c_n), bs)
+    c_blk = blocks_for(jnp.where(c_mat, c_len, c_n), bs)
     free0 = NB - jnp.sum(jnp.where(slot < cut, al_r, 0))
-    c_fit = _blocks(c_len, bs) <= free0 - _cumsum_excl(c_blk)
+    c_fit = blocks_for(c_len, bs) <= free0 - _cumsum_excl(c_blk)
     ok = c_ok & c_fit & (cut + slot < p.max_num_seqs) & (c_n > 0) & ~preempted_any
     adm = jnp.cumprod(ok.astype(jnp.int32)) > 0
     n_adm = jnp.sum(adm)
@@ -289,7 +288,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     # ---- speculative reservation for the round's bursts -----------------------------------------
     ready = in2 & sched2 & (gen2 < out2) & (dec2 | (comp2 == len2))
     rb = jnp.where(dec2, jnp.minimum(n_sched2, out2 - gen2), 1)  # a decode's burst: at most its scheduled tokens
-    req_blk = jnp.where(ready, _blocks(len2 + rb, bs) - _blocks(len2, bs), 0)
+    req_blk = jnp.where(ready, blocks_for(len2 + rb, bs) - blocks_for(len2, bs), 0)
     cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
     ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
     fits = (cr + ca <= NB) & (jnp.arange(S + 1) <= n_run2)
@@ -327,7 +326,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     burst = jnp.where(firsts | (comp2 == len2), 1, jnp.minimum(sampled, n_sched2))
     gen3 = gen2 + jnp.where(ready, burst, 0)
     comp3 = jnp.where(ready, prompt2 + gen3 - 1, comp2)
-    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, _blocks(prompt2 + gen3, bs)), alloc2)
+    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, blocks_for(prompt2 + gen3, bs)), alloc2)
     done = ready & (gen3 >= out2)
     alloc3 = jnp.where(done, 0, alloc3)
     rf2 = s.rf[req2]
@@ -390,7 +389,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
 def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
     """Requests the worker can ever run: a prompt shorter than max_model_len whose blocks fit the pool
     (the reference rejects the others when they reach the queue head)."""
-    return rq.valid & (rq.input_tokens < p.max_model_len) & (_blocks(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
+    return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
 
 
 def _prepare(p: EngineParams, rq: Requests, slots: int, timeline_len: int):
