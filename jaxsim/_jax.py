@@ -9,12 +9,19 @@ at every call), so switching x64 off after import cannot silently turn int64 inp
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import importlib
+import os
+import pickle
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
 
-__all__ = ["ensure_x64", "jit_x64"]
+__all__ = ["compile_cached", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
 
 
 def ensure_x64() -> None:
@@ -62,3 +69,137 @@ def jit_x64(fun=None, **jit_kwargs):
 
 
 ensure_x64()
+
+
+# ----------------------------------------------------------------------------------------------------
+# executables kept on disk: a later process skips tracing and lowering, not only XLA's compilation
+
+
+@functools.cache
+def source_digest() -> str:
+    """SHA-256 of every jaxsim source file: a cached executable is valid only for the code that built it."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def executable_dir() -> Path | None:
+    """``<JAX compilation cache dir>/jaxsim-executables``; None when JAX's persistent cache is off or
+    ``JAXSIM_EXECUTABLE_CACHE=0`` (the test suite sets it: a loaded executable is never traced, so its
+    runtime annotation checks would not run)."""
+    base = jax.config.jax_compilation_cache_dir
+    if not base or os.environ.get("JAXSIM_EXECUTABLE_CACHE", "1") == "0":
+        return None
+    return Path(base) / "jaxsim-executables"
+
+
+def _leaf_signature(x) -> str:
+    aval = jax.typeof(x)
+    return f"{aval.str_short()}:{getattr(aval, 'weak_type', False)}:{getattr(x, 'sharding', None)}"
+
+
+def executable_key(name: str, args: tuple, statics: dict | None = None) -> str:
+    """What an executable depends on: the code, JAX and its devices, the arguments' structure, shapes,
+    dtypes and placement, and the static arguments."""
+    import jaxlib  # noqa: PLC0415
+
+    devices = jax.devices()
+    parts = [
+        name, source_digest(), jax.__version__, jaxlib.__version__, sys.version,
+        devices[0].platform, getattr(devices[0].client, "platform_version", ""), ",".join(d.device_kind for d in devices),
+        str(len(devices)), os.environ.get("XLA_FLAGS", ""), str(jax.config.read("jax_enable_x64")),
+        repr(sorted((statics or {}).items())), str(jax.tree.structure(args)),
+        *map(_leaf_signature, jax.tree.leaves(args)),
+    ]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _out_tree_record(out_tree):
+    """A picklable description of an executable's output structure: the treedef itself when it pickles
+    faithfully, else (for an equinox Module of array fields, whose treedef does not) its class."""
+    try:
+        if pickle.loads(pickle.dumps(out_tree)) == out_tree:
+            return ("treedef", out_tree)
+    except Exception:  # noqa: BLE001 (unpicklable node data)
+        pass
+    leaves = jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves)
+    cls = type(leaves)
+    if dataclasses.is_dataclass(cls) and jax.tree.structure(_template(cls)) == out_tree:
+        return ("module", cls.__module__, cls.__qualname__, str(out_tree))
+    return None
+
+
+def _template(cls):
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        object.__setattr__(obj, f.name, 0)
+    return obj
+
+
+def _out_tree_from(record):
+    if record[0] == "treedef":
+        return record[1]
+    _, module, qualname, text = record
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    tree = jax.tree.structure(_template(cls))
+    if str(tree) != text:
+        raise ValueError("output structure changed")
+    return tree
+
+
+def load_executable(name: str, args: tuple, statics: dict | None = None):
+    """The executable :func:`save_executable` stored for these arguments, or None (cache off, not stored,
+    or unreadable: a stale or damaged entry is ignored and replaced by the next save)."""
+    d = executable_dir()
+    if d is None:
+        return None
+    path = d / f"{name}-{executable_key(name, args, statics)}.bin"
+    try:
+        payload, record, device_ids = pickle.loads(path.read_bytes())
+        from jax.experimental import serialize_executable as se  # noqa: PLC0415
+
+        by_id = {d.id: d for d in jax.devices()}
+        in_tree = jax.tree.structure((tuple(args), {}))
+        return se.deserialize_and_load(payload, in_tree, _out_tree_from(record),
+                                       execution_devices=[by_id[i] for i in device_ids])
+    except FileNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 (a stale or damaged entry is a cache miss, never an error)
+        return None
+
+
+def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> None:
+    """Store ``compiled`` (built for ``args``/``statics``) for later processes; silently skipped when the
+    cache is off, the executable cannot be serialized, or the directory is not writable."""
+    d = executable_dir()
+    if d is None:
+        return
+    try:
+        from jax.experimental import serialize_executable as se  # noqa: PLC0415
+
+        record = _out_tree_record(compiled.out_tree)
+        if record is None:
+            return
+        device_ids = [dev.id for dev in compiled._executable.xla_executable.local_devices()]
+        payload, _, _ = se.serialize(compiled)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{name}-{executable_key(name, args, statics)}.bin"
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps((payload, record, device_ids)))
+        tmp.replace(path)
+    except Exception:  # noqa: BLE001 (caching is an optimisation; compiling again is always correct)
+        return
+
+
+def compile_cached(name: str, fn, args: tuple, statics: dict | None = None):
+    """``fn.lower(*args, **statics).compile()`` through the on-disk executable cache (:func:`load_executable`):
+    a warm process loads the executable without tracing or lowering ``fn``."""
+    exe = load_executable(name, args, statics)
+    if exe is None:
+        exe = fn.lower(*args, **(statics or {})).compile()
+        save_executable(name, args, statics, exe)
+    return exe

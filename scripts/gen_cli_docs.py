@@ -31,6 +31,11 @@ Every command prints one-line `error: ...` messages and exits with code 2 on a u
 overwrites an existing output file unless `--force` is given. Regenerate this page with
 `.venv/bin/python scripts/gen_cli_docs.py` (a test checks it is up to date).
 
+Compiled code is kept between runs under `$JAXSIM_CACHE_DIR` (default `~/.cache/jaxsim/xla`): JAX's
+compilation cache, and in `jaxsim-executables/` the sweep's and the replay's whole executables, which a
+later run loads without tracing or compiling (keyed by jaxsim's source, the JAX version, the devices and
+the argument shapes; `JAXSIM_EXECUTABLE_CACHE=0` turns this part off). Deleting the folder is always safe.
+
 """
 
 

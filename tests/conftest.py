@@ -13,6 +13,10 @@ import importlib.util
 import os
 import sys
 
+# Executables are compiled from the code under test, never loaded from the on-disk executable cache
+# (a loaded executable is not traced, so its annotations would go unchecked); tests of the cache turn it on.
+os.environ["JAXSIM_EXECUTABLE_CACHE"] = "0"
+
 if os.environ.get("JAXSIM_TYPECHECK", "1") != "0" and importlib.util.find_spec("beartype") is not None:
     _early = sorted(m for m in sys.modules if m.split(".")[:2] in (["jaxsim", "kernels"], ["jaxsim", "replay"], ["jaxsim", "sweep"]))
     if _early:  # a module imported before the hook would silently go unchecked

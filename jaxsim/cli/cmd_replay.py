@@ -149,9 +149,10 @@ def rejection_lines(outcomes, show: int = 5) -> list[str]:
 
 def _timings(t: dict, t_results: float, t_start: float) -> dict:
     """Wall-time split of one replay command (seconds): bindings and trace, compilation (lowering +
-    XLA, or a persistent-cache load), replay, and results (summaries and files)."""
+    XLA, or an executable-cache load), replay, and results (summaries and files)."""
     now = time.perf_counter()
     out = {"prepare_s": t.get("prepare_s", 0.0), "compile_s": t.get("compile_s", 0.0), "compilations": int(t.get("compilations", 0)),
+           "executables_loaded": int(t.get("executables_loaded", 0)),
            "run_s": t.get("run_s", 0.0), "results_s": now - t_results, "total_s": now - t_start}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
@@ -254,7 +255,7 @@ def register(app: typer.Typer) -> None:
             _print_summary(summaries, tr.name, len(tr))
             typer.echo(f"wrote {output}" + (f" and {tl_path}" if timeline else ""))
             typer.echo(f"time: {timings['total_s']:.2f} s = prepare {timings['prepare_s']:.2f} s + compile {timings['compile_s']:.2f} s "
-                       f"({timings['compilations']} executable(s), compiled or loaded from the persistent cache) + "
+                       f"({timings['compilations']} compiled, {timings['executables_loaded']} loaded from the executable cache) + "
                        f"replay {timings['run_s']:.2f} s + results {timings['results_s']:.2f} s")
         for line in rejection_lines(outcomes):
             typer.echo(f"warning: {line}", err=True)

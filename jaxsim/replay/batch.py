@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim._jax import ensure_x64, jit_x64, load_executable, save_executable
 from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
@@ -244,24 +244,31 @@ def _exe_key(args, statics: dict):
 
 def _compile_all(calls, timings: dict | None) -> None:
     """Compile the executables ``calls`` need that this process has not compiled yet (once per shape
-    bucket; the persistent cache serves later processes): traced one after the other, compiled by XLA
-    in parallel threads. Wall time goes to ``timings``."""
+    bucket): loaded from the on-disk executable cache when a previous process stored them
+    (:func:`~jaxsim._jax.load_executable`: no tracing), else traced one after the other and compiled by
+    XLA in parallel threads, then stored. Wall time goes to ``timings``."""
     t0 = time.perf_counter()
-    todo = {}
+    todo, loaded = {}, 0
     for _, args, statics in calls:
         key = _exe_key(args, statics)
         if key not in _EXECUTABLES and key not in todo:
-            todo[key] = replay_many.lower(*args, **statics)
-    if not todo:
+            exe = load_executable("replay-many", args, statics)
+            if exe is not None:
+                _EXECUTABLES[key], loaded = exe, loaded + 1
+            else:
+                todo[key] = (args, statics, replay_many.lower(*args, **statics))
+    if not todo and not loaded:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-        for key, exe in zip(todo, pool.map(lambda lowered: lowered.compile(), todo.values())):
+    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        for key, exe in zip(todo, pool.map(lambda t: t[2].compile(), todo.values())):
             _EXECUTABLES[key] = exe
+            save_executable("replay-many", todo[key][0], todo[key][1], exe)
     if timings is not None:
         timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
         timings["compilations"] = timings.get("compilations", 0) + len(todo)
+        timings["executables_loaded"] = timings.get("executables_loaded", 0) + loaded
 
 
 def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
@@ -269,7 +276,7 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
 
     Tables are padded to common shapes, so groups of one slot bucket share one compilation. A group
     whose items all use one table passes it once (not a copy per item); otherwise the tables are
-    stacked. ``timings`` (optional) accumulates ``compile_s``, ``run_s`` and ``compilations``."""
+    stacked. ``timings`` (optional) accumulates ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``."""
     tables = {id(it[0].table): it[0].table for it in items}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
     groups: dict = {}
@@ -381,8 +388,8 @@ def run_replays(
     ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
     ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
     trace's output tokens plus four passes per request, at most 2**18). ``timings`` (optional dict)
-    accumulates ``compile_s`` (lowering + XLA compilation, or a persistent-cache load), ``run_s`` and
-    ``compilations``.
+    accumulates ``compile_s`` (lowering + XLA compilation, or an executable-cache load), ``run_s``,
+    ``compilations`` and ``executables_loaded``.
     """
     ensure_x64()
     arrival, inp, out = trace.arrival_ms, trace.input_tokens, trace.output_tokens

@@ -32,7 +32,7 @@ import pyarrow.feather  # noqa: F401  (pa.feather)
 import pyarrow.parquet as pq
 
 import jaxsim
-from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim._jax import compile_cached, ensure_x64, jit_x64
 from jaxsim.devices import batch_sharding, replicated
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels.buckets import pow2_bucket
@@ -141,7 +141,7 @@ class Evaluator:
         args = self._args(group, idx)
         if self.compiled is None:
             t0 = time.perf_counter()
-            self.compiled = jit_x64(ev.evaluate_chunk).lower(*args).compile()
+            self.compiled = compile_cached("sweep-evaluate-chunk", jit_x64(ev.evaluate_chunk), args)
             self.compile_s = time.perf_counter() - t0
             self.compiles += 1
         return self.compiled(*args)

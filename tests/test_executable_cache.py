@@ -1,0 +1,145 @@
+"""The on-disk executable cache (jaxsim._jax.compile_cached): a warm process loads an executable instead
+of tracing, lowering and compiling it; a stale or damaged entry is a miss, never an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import Array, Float64, Int64
+
+import jaxsim._jax as jx
+from jaxsim.devices import batch_sharding, num_devices
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Out(eqx.Module):
+    total: Float64[Array, ""]
+    doubled: Float64[Array, " n"]
+    count: Int64[Array, ""]
+
+
+def _kernel(x, k):
+    return Out(total=jnp.sum(x) * k, doubled=2.0 * x, count=jnp.sum(x > 0).astype(jnp.int64))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    monkeypatch.setenv("JAXSIM_EXECUTABLE_CACHE", "1")
+    yield tmp_path / "jaxsim-executables"
+    jax.config.update("jax_compilation_cache_dir", old)
+
+
+class _NoLowering:
+    """A jitted function that must not be traced (the executable has to come from the cache)."""
+
+    def lower(self, *a, **k):
+        raise AssertionError("traced and lowered although a cached executable exists")
+
+
+def _args(n=8):
+    return (np.linspace(-1.0, 2.0, n), np.float64(3.0))
+
+
+def test_second_compile_loads_the_stored_executable(cache_dir):
+    args = _args()
+    first = jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    assert len(list(cache_dir.glob("t-kernel-*.bin"))) == 1
+    again = jx.compile_cached("t-kernel", _NoLowering(), args)
+    a, b = first(*args), again(*args)
+    assert isinstance(b, Out)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    np.testing.assert_allclose(np.asarray(b.total), np.sum(args[0]) * 3.0)
+
+
+def test_other_shapes_or_statics_are_other_entries(cache_dir):
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), _args(8))
+    with pytest.raises(AssertionError, match="traced and lowered"):
+        jx.compile_cached("t-kernel", _NoLowering(), _args(16))
+    assert jx.executable_key("t", _args(8), {"slots": 8}) != jx.executable_key("t", _args(8), {"slots": 16})
+    assert jx.executable_key("t", _args(8)) != jx.executable_key("u", _args(8))
+    assert jx.executable_key("t", _args(8)) == jx.executable_key("t", _args(8))
+
+
+def test_a_damaged_entry_is_recompiled_and_replaced(cache_dir):
+    args = _args()
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    (path,) = cache_dir.glob("t-kernel-*.bin")
+    path.write_bytes(b"not an executable")
+    assert jx.load_executable("t-kernel", args) is None
+    exe = jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    np.testing.assert_array_equal(np.asarray(exe(*args).doubled), 2.0 * args[0])
+    assert jx.load_executable("t-kernel", args) is not None
+
+
+def test_sharded_arguments_keep_their_devices(cache_dir):
+    if num_devices() < 2:
+        pytest.skip("needs 2 devices")
+    n = 2 * num_devices()
+    args = (jax.device_put(np.arange(n, dtype=np.float64), batch_sharding()), np.float64(1.0))
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    exe = jx.compile_cached("t-kernel", _NoLowering(), args)
+    np.testing.assert_array_equal(np.asarray(exe(*args).doubled), 2.0 * np.arange(n))
+    one = _args(n)  # the same shapes unplaced: another entry, on one device
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), one)
+    np.testing.assert_array_equal(np.asarray(jx.compile_cached("t-kernel", _NoLowering(), one)(*one).doubled), 2.0 * one[0])
+
+
+def test_cache_off_writes_nothing(tmp_path, monkeypatch):
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    try:
+        monkeypatch.setenv("JAXSIM_EXECUTABLE_CACHE", "0")
+        assert jx.executable_dir() is None
+        jx.compile_cached("t-kernel", jx.jit_x64(_kernel), _args())
+        assert not (tmp_path / "jaxsim-executables").exists()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
+
+
+def test_replay_cli_loads_its_executable_in_a_second_process(tmp_path):
+    """Two real processes: the second loads the replay executable (no compilation) and writes
+    the same per-request results."""
+    env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"), JAXSIM_EXECUTABLE_CACHE="1")
+    cfg = ROOT / "configs" / "deployment_calibrated.toml"
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"r{i}.parquet"
+        cmd = [sys.executable, "-m", "jaxsim", "replay", str(cfg), "--trace", "mooncake_tiny", "--output", str(out), "--json"]
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode in (0, 3), r.stderr[-3000:]
+        runs.append(json.loads(r.stdout[r.stdout.index("{"):])["timings"])
+    assert runs[0]["compilations"] >= 1 and runs[0]["executables_loaded"] == 0
+    assert runs[1]["compilations"] == 0 and runs[1]["executables_loaded"] == runs[0]["compilations"]
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(tmp_path / "r0.parquet").equals(pq.read_table(tmp_path / "r1.parquet"))
+
+
+def test_sweep_cli_reuses_its_sharded_executable(tmp_path):
+    """The sweep's evaluator (config axis split over every CPU core) is stored by the first process and
+    loaded, not rebuilt, by the second; the results are byte-identical."""
+    env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"), JAXSIM_EXECUTABLE_CACHE="1")
+    spec = ROOT / "configs" / "quickstart.toml"
+    stamps = []
+    for i in range(2):
+        cmd = [sys.executable, "-m", "jaxsim", "sweep", str(spec), "--top", "1", "--output", str(tmp_path / f"s{i}.parquet")]
+        r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        files = sorted((tmp_path / "xla" / "jaxsim-executables").glob("sweep-evaluate-chunk-*.bin"))
+        assert len(files) == 1
+        stamps.append(files[0].stat().st_mtime_ns)
+    assert stamps[0] == stamps[1]  # loaded, not compiled and stored again
+    assert (tmp_path / "s0.parquet").read_bytes() == (tmp_path / "s1.parquet").read_bytes()
