@@ -9,6 +9,7 @@ at every call), so switching x64 off after import cannot silently turn int64 inp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -21,7 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["compile_cached", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
+__all__ = ["compile_cached", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
 
 
 def ensure_x64() -> None:
@@ -195,11 +196,31 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
         return
 
 
+@contextlib.contextmanager
+def fresh_compilation():
+    """Within: XLA compiles, JAX's persistent compilation cache is neither read nor written. An executable
+    JAX restored from that cache does not survive a second serialization (reloaded, it misses its
+    kernels: ``Function wrapped_iota not found``), so only fresh compilations go to the executable cache.
+    Process-wide while it lasts (compile only inside it); the cache is back on afterwards."""
+    from jax.experimental.compilation_cache import compilation_cache as cc  # noqa: PLC0415
+
+    was = jax.config.jax_enable_compilation_cache
+    cc.reset_cache()
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+        cc.reset_cache()
+
+
 def compile_cached(name: str, fn, args: tuple, statics: dict | None = None):
     """``fn.lower(*args, **statics).compile()`` through the on-disk executable cache (:func:`load_executable`):
     a warm process loads the executable without tracing or lowering ``fn``."""
     exe = load_executable(name, args, statics)
     if exe is None:
-        exe = fn.lower(*args, **(statics or {})).compile()
+        lowered = fn.lower(*args, **(statics or {}))
+        with fresh_compilation():
+            exe = lowered.compile()
         save_executable(name, args, statics, exe)
     return exe

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import ensure_x64, jit_x64, load_executable, save_executable
+from jaxsim._jax import ensure_x64, fresh_compilation, jit_x64, load_executable, save_executable
 from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
@@ -261,10 +261,11 @@ def _compile_all(calls, timings: dict | None) -> None:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        for key, exe in zip(todo, pool.map(lambda t: t[2].compile(), todo.values())):
-            _EXECUTABLES[key] = exe
-            save_executable("replay-many", todo[key][0], todo[key][1], exe)
+    with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        compiled = list(pool.map(lambda t: t[2].compile(), todo.values()))
+    for key, exe in zip(todo, compiled):
+        _EXECUTABLES[key] = exe
+        save_executable("replay-many", todo[key][0], todo[key][1], exe)
     if timings is not None:
         timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
         timings["compilations"] = timings.get("compilations", 0) + len(todo)
