@@ -22,7 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["compile_cached", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
+__all__ = ["compile_cached", "compile_fresh", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
 
 
 def ensure_x64() -> None:
@@ -152,9 +152,31 @@ def _out_tree_from(record):
     return tree
 
 
-def load_executable(name: str, args: tuple, statics: dict | None = None):
+class _Loaded:
+    """A loaded executable that proves itself on its first call: when that call fails (an entry that
+    deserialized but cannot run), the entry is deleted and ``rebuild()`` (a fresh compilation) takes over."""
+
+    def __init__(self, exe, path: Path, rebuild):
+        self._exe, self._path, self._rebuild, self._checked = exe, path, rebuild, False
+
+    def __call__(self, *args):
+        if self._checked:
+            return self._exe(*args)
+        try:
+            out = jax.block_until_ready(self._exe(*args))
+        except Exception:  # noqa: BLE001 (any failure of a cached executable: rebuild it)
+            self._path.unlink(missing_ok=True)
+            self._exe = self._rebuild()
+            out = self._exe(*args)
+        self._checked = True
+        return out
+
+
+def load_executable(name: str, args: tuple, statics: dict | None = None, rebuild=None):
     """The executable :func:`save_executable` stored for these arguments, or None (cache off, not stored,
-    or unreadable: a stale or damaged entry is ignored and replaced by the next save)."""
+    or unreadable: a stale or damaged entry is ignored and replaced by the next save). With ``rebuild``
+    (a function returning a freshly compiled executable), an entry whose first call fails is replaced
+    by ``rebuild()``."""
     d = executable_dir()
     if d is None:
         return None
@@ -165,12 +187,13 @@ def load_executable(name: str, args: tuple, statics: dict | None = None):
 
         by_id = {d.id: d for d in jax.devices()}
         in_tree = jax.tree.structure((tuple(args), {}))
-        return se.deserialize_and_load(payload, in_tree, _out_tree_from(record),
-                                       execution_devices=[by_id[i] for i in device_ids])
+        exe = se.deserialize_and_load(payload, in_tree, _out_tree_from(record),
+                                      execution_devices=[by_id[i] for i in device_ids])
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 (a stale or damaged entry is a cache miss, never an error)
         return None
+    return exe if rebuild is None else _Loaded(exe, path, rebuild)
 
 
 def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> None:
@@ -214,13 +237,17 @@ def fresh_compilation():
         cc.reset_cache()
 
 
+def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None):
+    """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache) and store it."""
+    lowered = fn.lower(*args, **(statics or {}))
+    with fresh_compilation():
+        exe = lowered.compile()
+    save_executable(name, args, statics, exe)
+    return exe
+
+
 def compile_cached(name: str, fn, args: tuple, statics: dict | None = None):
     """``fn.lower(*args, **statics).compile()`` through the on-disk executable cache (:func:`load_executable`):
     a warm process loads the executable without tracing or lowering ``fn``."""
-    exe = load_executable(name, args, statics)
-    if exe is None:
-        lowered = fn.lower(*args, **(statics or {}))
-        with fresh_compilation():
-            exe = lowered.compile()
-        save_executable(name, args, statics, exe)
-    return exe
+    rebuild = functools.partial(compile_fresh, name, fn, args, statics)
+    return load_executable(name, args, statics, rebuild=rebuild) or rebuild()

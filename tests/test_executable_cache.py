@@ -147,3 +147,23 @@ def test_sweep_cli_reuses_its_sharded_executable(tmp_path):
     assert stamps[0] == stamps[1]  # loaded, not compiled and stored again
     for i in (1, 2):
         assert (tmp_path / "s0.parquet").read_bytes() == (tmp_path / f"s{i}.parquet").read_bytes()
+
+
+def test_an_entry_that_fails_when_called_is_replaced_by_a_fresh_compilation(cache_dir):
+    """An entry that deserializes but cannot run (as JAX-cache-restored executables once did) is deleted
+    on its first call, and a fresh compilation answers that call and is stored in its place."""
+    args = _args()
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    (path,) = cache_dir.glob("t-kernel-*.bin")
+    exe = jx.compile_cached("t-kernel", jx.jit_x64(_kernel), args)
+    assert isinstance(exe, jx._Loaded)
+
+    def broken(*a):
+        raise RuntimeError("NOT_FOUND: Function wrapped_iota not found")
+
+    exe._exe = broken
+    path.write_bytes(b"will be replaced")
+    out = exe(*args)
+    np.testing.assert_array_equal(np.asarray(out.doubled), 2.0 * args[0])
+    assert jx.load_executable("t-kernel", args) is not None  # the fresh compilation was stored again
+    np.testing.assert_array_equal(np.asarray(exe(*args).doubled), 2.0 * args[0])

@@ -8,6 +8,7 @@ a whole sweep compiles once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import ensure_x64, fresh_compilation, jit_x64, load_executable, save_executable
+from jaxsim._jax import compile_fresh, ensure_x64, fresh_compilation, jit_x64, load_executable, save_executable
 from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
@@ -252,7 +253,8 @@ def _compile_all(calls, timings: dict | None) -> None:
     for _, args, statics in calls:
         key = _exe_key(args, statics)
         if key not in _EXECUTABLES and key not in todo:
-            exe = load_executable("replay-many", args, statics)
+            rebuild = functools.partial(compile_fresh, "replay-many", replay_many, args, statics)
+            exe = load_executable("replay-many", args, statics, rebuild=rebuild)
             if exe is not None:
                 _EXECUTABLES[key], loaded = exe, loaded + 1
             else:
