@@ -104,3 +104,31 @@ def test_quickstart_runs_in_a_real_subprocess(tmp_path):
     assert t.num_rows >= 5000
     assert sum(t.column("sla_ok").to_pylist()) > 0 and sum(t.column("on_pareto").to_pylist()) > 0
     assert set(t.column("nextn").to_pylist()) == {0, 1, 2, 3}
+
+
+def test_many_workloads_get_one_best_per_workload_table(tmp_path):
+    """More than MAX_WORKLOAD_TABLES workloads: one row per workload (its best SLA-feasible row, the
+    same as the first row of its top table) instead of two tables each; --all-tables prints them all."""
+    from jaxsim.cli.cmd_sweep import MAX_WORKLOAD_TABLES
+
+    d = spec_dict(workload=[{"name": "g", "isl": [128, 256, 512], "osl": [64, 128, 300]}], sla={"max_ttft_ms": 5000, "max_tpot_ms": 100})
+    p = tmp_path / "many.toml"
+    p.write_text(toml(d))
+    r = runner.invoke(app, ["sweep", str(p), "-o", str(tmp_path / "r.parquet"), "--quiet", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    assert 9 > MAX_WORKLOAD_TABLES
+    assert "best SLA-feasible configuration per workload" in r.output and "9 workloads" in r.output
+    assert "Pareto frontier" not in r.output and "--all-tables" in r.output
+    best = r.output[r.output.index("best SLA-feasible"):]
+    for wl in ("g-128x64", "g-512x300"):
+        assert wl in best
+    full = runner.invoke(app, ["sweep", str(p), "-o", str(tmp_path / "r.parquet"), "--force", "--quiet", "--top", "3", "--all-tables"])
+    assert full.exit_code == 0, full.output
+    assert full.output.count("Pareto frontier") == 9 and "best SLA-feasible configuration per workload" not in full.output
+    top_first = json.loads(runner.invoke(app, ["sweep", str(p), "-o", str(tmp_path / "r.parquet"), "--force", "--json"]).stdout)["top"]
+    first = {}
+    for row in top_first:
+        first.setdefault(row["workload"], row)
+    for wl, row in first.items():  # the compact table's row per workload is the top table's first row
+        line = next(ln for ln in best.splitlines() if f" {wl} " in ln)
+        assert f"{row['output_tokens_per_s_per_gpu']:,.1f}" in line

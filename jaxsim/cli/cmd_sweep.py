@@ -71,23 +71,28 @@ def _pct_column(key: str) -> str:
     return f"{m}_{p}_ms"
 
 
-def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = ()):
+def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = (), first=None, last=None):
+    """Rows as a rich table; ``first``/``last``: an extra (column name, value of a row) at either end."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
     if not rows:
         t.add_column("(none)")
         return t
-    cols = list(_describe(rows[0], pct_keys))
+    extra = lambda r: {**({first[0]: first[1](r)} if first else {}), **_describe(r, pct_keys), **({last[0]: last[1](r)} if last else {})}  # noqa: E731
+    cols = list(extra(rows[0]))
     for c in cols:
-        t.add_column(c, justify="left" if c in ("profile", "source", "mode", "acceptance") else "right")
+        t.add_column(c, justify="left" if c in ("workload", "profile", "source", "mode", "acceptance") else "right")
     for r in rows:
-        d = _describe(r, pct_keys)
+        d = extra(r)
         t.add_row(*(str(d[c]) for c in cols))
     return t
 
 
-def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
+MAX_WORKLOAD_TABLES = 8  # more workloads than this: one best-per-workload table unless --all-tables
+
+
+def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bool = False) -> None:
     from rich.table import Table
 
     con = console()
@@ -127,7 +132,20 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None) -> None:
                           f"measured support (mostly {ref}); no rows for it below, nothing was extrapolated")
     top_rows, front = _rows(res.top), _rows(res.pareto)
     pk = tuple(sla.percentile_limits()) if sla is not None else ()
-    for wl in dict.fromkeys([r["workload"] for r in top_rows] + [r["workload"] for r in front]):
+    shown_wls = list(dict.fromkeys([r["workload"] for r in top_rows] + [r["workload"] for r in front]))
+    if len(shown_wls) > MAX_WORKLOAD_TABLES and not all_tables:
+        best = {}
+        for r in top_rows:
+            best.setdefault(r["workload"], r)
+        n_front = {wl: sum(r["workload"] == wl for r in front) for wl in shown_wls}
+        t = _table(f"best SLA-feasible configuration per workload (by output tokens/s per GPU; {len(shown_wls)} workloads)",
+                   list(best.values()), pk, first=("workload", lambda r: r["workload"]),
+                   last=("pareto pts", lambda r: str(n_front[r["workload"]])))
+        con.print(t)
+        con.print(f"per-workload top {max((sum(r['workload'] == w for r in top_rows) for w in shown_wls), default=0)} and Pareto "
+                  "tables: rerun with --all-tables, or read the results file (column on_pareto; the tables are its rows)")
+        shown_wls = []
+    for wl in shown_wls:
         rows = [r for r in top_rows if r["workload"] == wl]
         con.print(_table(f"workload {wl}: top {len(rows)} by output tokens/s per GPU (SLA-feasible)", rows, pk))
         pts = [r for r in front if r["workload"] == wl]
@@ -231,6 +249,8 @@ def register(app: typer.Typer) -> None:
         chunk_size: int = typer.Option(65536, "--chunk-size", help="Configs per compiled chunk (memory is bounded by it)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (counts, top rows, frontier) instead of tables."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        all_tables: bool = typer.Option(False, "--all-tables", help="Print the top and Pareto tables of every workload (by default, "
+                                        f"more than {MAX_WORKLOAD_TABLES} workloads get one best-per-workload table instead)."),
         distributed: bool = typer.Option(
             False, "--distributed", help="Multi-host: jax.distributed.initialize() (cluster auto-detection, or the three options below); "
             "each process evaluates its share of the chunks into OUTPUT.work/ on a shared filesystem and process 0 merges.",
@@ -301,7 +321,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(_json(res, plot, verified, vpath))
         else:
-            _report(res, plot, max_pareto=10, sla=s.sla)
+            _report(res, plot, max_pareto=10, sla=s.sla, all_tables=all_tables)
             if verified is not None:
                 _report_verified(verified, tr, vpath)
             _next(spec, out, verified)
