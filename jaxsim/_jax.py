@@ -119,34 +119,58 @@ def executable_key(name: str, args: tuple, statics: dict | None = None) -> str:
 
 def _out_tree_record(out_tree):
     """A picklable description of an executable's output structure: the treedef itself when it pickles
-    faithfully, else (for an equinox Module of array fields, whose treedef does not) its class."""
+    faithfully, else a recipe of its containers (tuples, lists, dicts, and equinox Modules by class,
+    whose treedefs do not pickle) that :func:`_out_tree_from` rebuilds and checks."""
     try:
         if pickle.loads(pickle.dumps(out_tree)) == out_tree:
             return ("treedef", out_tree)
     except Exception:  # noqa: BLE001 (unpicklable node data)
         pass
-    leaves = jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves)
-    cls = type(leaves)
-    if dataclasses.is_dataclass(cls) and jax.tree.structure(_template(cls)) == out_tree:
-        return ("module", cls.__module__, cls.__qualname__, str(out_tree))
-    return None
+    try:
+        recipe = _recipe(jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves))
+        if jax.tree.structure(_build(recipe)) != out_tree:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return ("recipe", recipe, str(out_tree))
 
 
-def _template(cls):
+def _recipe(node):
+    if isinstance(node, (tuple, list)):
+        return (type(node).__name__, [_recipe(x) for x in node])
+    if isinstance(node, dict):
+        return ("dict", {k: _recipe(v) for k, v in node.items()})
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        fields = {f.name: _recipe(getattr(node, f.name)) for f in dataclasses.fields(node)}
+        return ("module", type(node).__module__, type(node).__qualname__, fields)
+    if isinstance(node, int) and node == 0:
+        return "leaf"
+    raise TypeError(f"cannot describe output node {type(node).__name__}")
+
+
+def _build(recipe):
+    if recipe == "leaf":
+        return 0
+    kind = recipe[0]
+    if kind in ("tuple", "list"):
+        return (tuple if kind == "tuple" else list)(_build(x) for x in recipe[1])
+    if kind == "dict":
+        return {k: _build(v) for k, v in recipe[1].items()}
+    _, module, qualname, fields = recipe
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
     obj = object.__new__(cls)
-    for f in dataclasses.fields(cls):
-        object.__setattr__(obj, f.name, 0)
+    for name, sub in fields.items():
+        object.__setattr__(obj, name, _build(sub))
     return obj
 
 
 def _out_tree_from(record):
     if record[0] == "treedef":
         return record[1]
-    _, module, qualname, text = record
-    cls = importlib.import_module(module)
-    for part in qualname.split("."):
-        cls = getattr(cls, part)
-    tree = jax.tree.structure(_template(cls))
+    _, recipe, text = record
+    tree = jax.tree.structure(_build(recipe))
     if str(tree) != text:
         raise ValueError("output structure changed")
     return tree

@@ -31,7 +31,7 @@ def test_codes_are_disjoint_and_in_their_family_range():
             capacity.INVALID_REQUEST} <= {c for c, s in st.REGISTRY.items() if s.family == "capacity"}
     assert {ev.REQUEST_EXCEEDS_KV_POOL, ev.REQUEST_EXCEEDS_CONTEXT, ev.PROMPT_EXCEEDS_PREFILL_POOL,
             ev.TOKEN_BUDGET_TOO_SMALL} == {c for c, s in st.REGISTRY.items() if s.family == "sweep"}
-    assert {engine.RUNNING, engine.COMPLETED, engine.STALLED, engine.PASS_LIMIT} == {
+    assert {engine.RUNNING, engine.COMPLETED, engine.SLOTS_FULL, engine.STALLED, engine.PASS_LIMIT} == {
         c for c, s in st.REGISTRY.items() if s.family == "replay"}
 
 

@@ -124,6 +124,9 @@ TOKEN_BUDGET_TOO_SMALL = _define(51, "unsupported:token_budget_below_one_decode_
 # ---- replay outcomes (64–79); a replay stopped by a lookup carries that lookup's code ---------------
 RUNNING = _define(64, "running", "replay", True, "the replay has not finished (never a final status)")
 COMPLETED = _define(65, "completed", "replay", True, "every admitted request finished")
+SLOTS_FULL = _define(66, "running list full", "replay", True,
+                     "the running list of a replay run below max_num_seqs filled up; it continues at a larger "
+                     "slot capacity (never a final status when the capacity covers max_num_seqs)")
 STALLED = _define(72, "stalled: a request can never fit in the KV pool", "replay", False,
                   "the request at the head of the running list cannot get its KV blocks even with every other "
                   "request preempted; its needs only grow, so the replay stops")
@@ -132,7 +135,7 @@ PASS_LIMIT = _define(73, "stopped: pass limit reached", "replay", False, "the re
 SEVERITY: tuple[int, ...] = (
     # answers, best first
     EXACT, WITHIN_CURVE, CROSS_BATCH, CROSS_KV, KV_FIRST, COMPOSED, EMPTY, NO_PREFILL_WORK,
-    CAPACITY_OK, RUNNING, COMPLETED, DOES_NOT_FIT,
+    CAPACITY_OK, RUNNING, SLOTS_FULL, COMPLETED, DOES_NOT_FIT,
     # a lookup outside measured support
     BATCH_OUT_OF_RANGE, KV_OUT_OF_RANGE, NO_LOWER_BRACKET, NO_UPPER_BRACKET, REGIME_LOWER, REGIME_UPPER,
     BATCH_RATIO, NOT_NEAREST, PREFILL_BATCH_UNMEASURED, PREFILL_NO_SUPPORT, SD_MIXED_REFUSED, INVALID_QUERY,

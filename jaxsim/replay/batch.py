@@ -32,13 +32,18 @@ from jaxsim.replay import metrics
 from jaxsim.replay.engine import (
     COMPLETED,
     DONE,
+    SLOTS_FULL,
     EngineParams,
     ReplayResult,
     Requests,
     is_stochastic,
+    advance_stack,
+    finish_stack,
     make_params,
     replay_stack,
     slot_bucket,
+    start_stack,
+    widen_stack,
     status_name,
 )
 from jaxsim.replay.traces import Trace, request_bucket
@@ -60,6 +65,17 @@ replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "tim
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
+start_many = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
+advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table"))
+finish_many = jit_x64(finish_stack)
+_FUNCTIONS = {"replay-start": start_many, "replay-advance": advance_many, "replay-finish": finish_many}
+
+FIRST_SLOTS = 16
+"""Batched replays start with this many running-list slots and double them when a replay fills them
+(``SLOTS_FULL``), up to their max_num_seqs bucket: a pass costs about 0.1 µs per slot per replay on
+XLA:CPU, and most passes run far fewer requests than max_num_seqs allows."""
+ADAPTIVE_MIN_ITEMS = 8
+"""Groups of fewer replays run at their full capacity at once (each capacity step is one more executable)."""
 
 
 def replay_batch(
@@ -238,58 +254,72 @@ def _np_stack(trees):
 _EXECUTABLES: dict = {}
 
 
-def _exe_key(args, statics: dict):
-    return (tuple(sorted(statics.items())), jax.tree.structure(args),
-            tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
+def _exe_key(name: str, args, statics: dict):
+    return (name, tuple(sorted(statics.items())), jax.tree.structure(args),
+            tuple((tuple(x.shape), str(x.dtype), str(getattr(x, "sharding", None))) for x in jax.tree.leaves(args)))
 
 
-def _compile_all(calls, timings: dict | None) -> None:
-    """Compile the executables ``calls`` need that this process has not compiled yet (once per shape
-    bucket): loaded from the on-disk executable cache when a previous process stored them
-    (:func:`~jaxsim._jax.load_executable`: no tracing), else traced one after the other and compiled by
-    XLA in parallel threads, then stored. Wall time goes to ``timings``."""
+def _compile_all(specs, timings: dict | None) -> None:
+    """Compile the executables ``specs`` ((name, args, statics); args may be ``ShapeDtypeStruct``) that
+    this process has not compiled yet (once per shape bucket): loaded from the on-disk executable cache
+    when a previous process stored them (:func:`~jaxsim._jax.load_executable`: no tracing), else traced
+    one after the other and compiled by XLA in parallel threads, then stored. Wall time goes to ``timings``."""
     t0 = time.perf_counter()
     todo, loaded = {}, 0
-    for _, args, statics in calls:
-        key = _exe_key(args, statics)
+    for name, args, statics in specs:
+        key = _exe_key(name, args, statics)
         if key not in _EXECUTABLES and key not in todo:
-            rebuild = functools.partial(compile_fresh, "replay-many", replay_many, args, statics)
-            exe = load_executable("replay-many", args, statics, rebuild=rebuild)
+            rebuild = functools.partial(compile_fresh, name, _FUNCTIONS[name], args, statics)
+            exe = load_executable(name, args, statics, rebuild=rebuild)
             if exe is not None:
                 _EXECUTABLES[key], loaded = exe, loaded + 1
             else:
-                todo[key] = (args, statics, replay_many.lower(*args, **statics))
+                todo[key] = (name, args, statics, _FUNCTIONS[name].lower(*args, **statics))
     if not todo and not loaded:
         return
     from concurrent.futures import ThreadPoolExecutor
 
     with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        compiled = list(pool.map(lambda t: t[2].compile(), todo.values()))
+        compiled = list(pool.map(lambda t: t[3].compile(), todo.values()))
     for key, exe in zip(todo, compiled):
         _EXECUTABLES[key] = exe
-        save_executable("replay-many", todo[key][0], todo[key][1], exe)
+        name, args, statics, _ = todo[key]
+        save_executable(name, args, statics, exe)
     if timings is not None:
         timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
         timings["compilations"] = timings.get("compilations", 0) + len(todo)
         timings["executables_loaded"] = timings.get("executables_loaded", 0) + loaded
 
 
+def _levels(slots: int, n_items: int) -> list[int]:
+    """Slot capacities a group of replays runs through: FIRST_SLOTS, doubling, up to ``slots``."""
+    if n_items < ADAPTIVE_MIN_ITEMS or slots <= FIRST_SLOTS:
+        return [slots]
+    out = [FIRST_SLOTS]
+    while out[-1] < slots:
+        out.append(min(2 * out[-1], slots))
+    return out
+
+
 def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
     """Run (params, requests, key, slots, stochastic) items grouped by static arguments.
 
-    Tables are padded to common shapes, so groups of one slot bucket share one compilation. A group
+    Tables are padded to common shapes, so groups of one slot bucket share their compilations. A group
     whose items all use one table passes it once (not a copy per item); otherwise the tables are
-    stacked. ``timings`` (optional) accumulates ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``."""
+    stacked. Large groups run through growing slot capacities (:func:`_levels`): the replays that fill
+    their slots continue at twice as many, from where they stopped. ``timings`` (optional) accumulates
+    ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``."""
     tables = {id(it[0].table): it[0].table for it in items}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
     groups: dict = {}
     for i, it in enumerate(items):
         groups.setdefault((it[3], it[4], it[1].size), []).append(i)
     ndev = num_devices()
-    calls = []  # (item indices, args, statics)
+    calls, specs = [], []
     for (slots, stochastic, _), idx in groups.items():
         size = pow2_bucket(len(idx))  # bucketed batch: few distinct compilations
         size = size if not chunk else min(int(chunk), size)
+        levels = _levels(slots, len(idx))
         tids = {id(items[i][0].table) for i in idx}
         shared_table = len(tids) == 1
         shared = {id(x) for x in jax.tree.leaves(padded[next(iter(tids))])} if shared_table else set()
@@ -298,29 +328,73 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
         stacked = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
         rqs = _np_stack([items[i][1] for i in idx])
         keys = np.stack([np.asarray(items[i][2]) for i in idx])
-        statics = dict(slots=slots, stochastic=stochastic, timeline_len=timeline_len, shared_table=shared_table)
+        split = ndev > 1 and size % ndev == 0  # items split over the devices, a shared table copied to each
+        put = (lambda x: jax.device_put(x, batch_sharding())) if split else (lambda x: x)
         for lo in range(0, len(idx), size):
             sel = np.arange(lo, lo + size) % len(idx)
             pick = lambda x: x[sel]  # noqa: E731
             pp, rr, kk = per_item(pick, stacked), jax.tree.map(pick, rqs), keys[sel]
-            if ndev > 1 and size % ndev == 0:  # items split over the devices, a shared table copied to each
-                sh, rep = batch_sharding(), replicated()
-                put = lambda x: jax.device_put(x, sh)  # noqa: E731
+            if split:
+                rep = replicated()
                 pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in shared else put(x), pp)
                 rr, kk = jax.tree.map(put, rr), put(kk)
-            calls.append(([idx[j] for j in range(lo, min(lo + size, len(idx)))], (pp, rr, kk), statics))
-    _compile_all(calls, timings)
+            run = dict(stochastic=stochastic, shared_table=shared_table)
+            call = dict(members=[idx[j] for j in range(lo, min(lo + size, len(idx)))], pp=pp, rr=rr, kk=kk, put=put,
+                        levels=levels, start=dict(slots=levels[0], timeline_len=timeline_len, shared_table=shared_table), run=run)
+            calls.append(call)
+            if lo:  # every call of a group has the same shapes
+                continue
+            specs.append(("replay-start", (pp, rr), call["start"]))
+            for lv in levels:  # the state and constants at each capacity, as the device will see them
+                s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=timeline_len,
+                                                                                 shared_table=shared_table), pp, rr)
+                sds = _abstract(split)
+                specs.append(("replay-advance", (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), run))
+            s_abs, aux_abs = _without_slots(s_abs, aux_abs)
+            specs.append(("replay-finish", (rr, jax.tree.map(sds, s_abs), jax.tree.map(sds, aux_abs)), {}))
+    _compile_all(specs, timings)
     out = [None] * len(items)
-    for members, args, statics in calls:
+    for c in calls:
         t0 = time.perf_counter()
-        part = jax.tree.map(np.asarray, _EXECUTABLES[_exe_key(args, statics)](*args))
+        part = _run_call(c)
         if timings is not None:
             timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
-        for j, i in enumerate(members):
+        for j, i in enumerate(c["members"]):
             out[i] = unstack(part, j)
         if progress is not None:
-            progress(len(members))
+            progress(len(c["members"]))
     return out
+
+
+def _abstract(split: bool):
+    sh = batch_sharding() if split else None
+    return lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)
+
+
+def _call(name: str, args, statics: dict):
+    return _EXECUTABLES[_exe_key(name, args, statics)](*args)
+
+
+def _run_call(c: dict):
+    """One batch of replays through its slot capacities; results on the host."""
+    put, host = c["put"], (lambda t: jax.tree.map(np.asarray, t))
+    s, aux = host(_call("replay-start", (c["pp"], c["rr"]), c["start"]))
+    for k, lv in enumerate(c["levels"]):
+        if k:
+            if not np.any(s.status == SLOTS_FULL):
+                break
+            s, aux = widen_stack(s, aux, lv)
+        args = (c["pp"], put(aux[0]), put(aux[1]), c["kk"], jax.tree.map(put, s))
+        s = host(_call("replay-advance", args, c["run"]))
+    s, aux = _without_slots(s, aux)
+    return host(_call("replay-finish", (c["rr"], jax.tree.map(put, s), jax.tree.map(put, aux)), {}))
+
+
+def _without_slots(s, aux):
+    """The state and constants with the slot-sized arrays emptied (results never read them): one
+    finishing executable serves every capacity."""
+    empty = lambda a: np.zeros(a.shape[:-1] + (0,), a.dtype)  # noqa: E731
+    return eqx.tree_at(lambda t: (t.run, t.stk), s, (empty(s.run), empty(s.stk))), (empty(aux[0]), *aux[1:])
 
 
 def _split(n: int, replicas: int) -> list[np.ndarray]:

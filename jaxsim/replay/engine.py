@@ -48,6 +48,7 @@ RUNNING = st.RUNNING
 COMPLETED = st.COMPLETED
 STALLED = st.STALLED
 PASS_LIMIT = st.PASS_LIMIT
+SLOTS_FULL = st.SLOTS_FULL
 
 # per-request terminal codes
 UNFINISHED = 0
@@ -253,12 +254,16 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     c_blk = blocks_for(jnp.where(c_mat, c_len, c_n), bs)
     free0 = NB - jnp.sum(jnp.where(slot < cut, al_r, 0))
     c_fit = blocks_for(c_len, bs) <= free0 - _cumsum_excl(c_blk)
-    ok = c_ok & c_fit & (cut + slot < p.max_num_seqs) & (c_n > 0) & ~preempted_any
+    ok = c_ok & c_fit & (cut + slot < jnp.minimum(p.max_num_seqs, S)) & (c_n > 0) & ~preempted_any
     adm = jnp.cumprod(ok.astype(jnp.int32)) > 0
     n_adm = jnp.sum(adm)
     n_from_stk = jnp.minimum(n_adm, n_stk1)
     n_stk2 = n_stk1 - n_from_stk
     admit_ptr = s.admit_ptr + (n_adm - n_from_stk)
+    # S slots below max_num_seqs, all taken, and a request still waiting: a larger capacity might have
+    # admitted it. The pass is not applied; the replay continues at a larger S (replay.batch).
+    full = (cut + n_adm >= S) & (S < p.max_num_seqs) & ~preempted_any & ((n_stk2 > 0) | (arr_sorted[admit_ptr] <= now))
+    commit = active & ~full
 
     # ---- the scheduled list: kept running slots, then admissions --------------------------------
     k = jnp.clip(slot - cut, 0, S - 1)
@@ -349,10 +354,10 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     ], axis=1)
     new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set((row_r[:, _FLAGS] & ~_MAT) | _RECOMP)
     out_of_range = N + 1
-    idx_i = jnp.concatenate([jnp.where(in2 & active, req2, out_of_range), jnp.where(pre1 & active, r, out_of_range)])
+    idx_i = jnp.concatenate([jnp.where(in2 & commit, req2, out_of_range), jnp.where(pre1 & commit, r, out_of_range)])
     ri = s.ri.at[idx_i].set(jnp.concatenate([new2, new1]), mode="drop")
     gap_sq = rf2[:, _GAPSQ] + _opaque(gap * gap, zero)
-    rf = s.rf.at[jnp.where(live2 & active, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
+    rf = s.rf.at[jnp.where(live2 & commit, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
 
     keep = live2 & ~done
     pos = jnp.where(keep, jnp.cumsum(keep) - 1, S)
@@ -376,13 +381,14 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
             dkv.astype(jnp.float64), jnp.sum(jnp.where(keep, alloc3, 0)).astype(jnp.float64),
             jnp.sum(pre).astype(jnp.float64),
         ])
-        timeline = timeline.at[jnp.where(active, s.passes, timeline.shape[0])].set(row, mode="drop")
+        timeline = timeline.at[jnp.where(commit, s.passes, timeline.shape[0])].set(row, mode="drop")
 
     small = dict(
         now=jnp.where(bad, now, end), passes=s.passes + 1, status=status, done_count=done_count,
         n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, failed=failed,
     )
-    small = {k: jnp.where(active, v, getattr(s, k)) for k, v in small.items()}
+    small = {k: jnp.where(commit, v, getattr(s, k)) for k, v in small.items()}
+    small["status"] = jnp.where(active & full, SLOTS_FULL, small["status"]).astype(jnp.int32)
     return _State(ri=ri, rf=rf, timeline=timeline, **small)
 
 
@@ -443,7 +449,8 @@ def replay(
 ) -> ReplayResult:
     """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
 
-    Static: ``slots`` bounds ``max_num_seqs``; ``stochastic=False`` is allowed when every acceptance
+    Static: ``slots`` running-list slots (at least ``max_num_seqs``: fewer can end the replay with
+    ``SLOTS_FULL``, which :mod:`jaxsim.replay.batch` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
     that many passes of per-pass records (0: none).
     """
@@ -463,25 +470,61 @@ def param_axes(p: EngineParams, shared_table: bool):
     return axes
 
 
-def replay_stack(
-    p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
-    shared_table: bool = False,
-) -> ReplayResult:
-    """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
-    item by item to :func:`replay`. One loop runs while any item is active, over the vmapped pass
-    (a vmapped ``while_loop`` would select every item's whole state at every pass).
-
-    ``shared_table``: ``p.table`` has no leading axis and serves every item."""
+def start_stack(p: EngineParams, rq: Requests, *, slots: int, timeline_len: int = 0, shared_table: bool = False):
+    """Initial states and per-replay constants of a stack of items at ``slots`` running-list slots."""
     ensure_x64()
     ax = param_axes(p, shared_table)
-    s0, aux = jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
+    return jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
+
+
+def advance_stack(
+    p: EngineParams, arr_sorted: Float64[Array, "I M"], n_acc: Int64[Array, " I"], keys: jax.Array, s: _State, *,
+    stochastic: bool = True, shared_table: bool = False,
+) -> _State:
+    """Run a stack of replays until none is active (finished, stopped, or out of slots: ``SLOTS_FULL``).
+    One loop runs while any item is active, over the vmapped pass (a vmapped ``while_loop`` would select
+    every item's whole state at every pass)."""
+    ensure_x64()
+    ax = param_axes(p, shared_table)
     step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s), in_axes=(ax, 0, 0, 0, 0))
 
     def cond(s):
         return jnp.any(jax.vmap(_active, in_axes=(ax, 0))(p, s))
 
-    s = jax.lax.while_loop(cond, lambda s: step(p, aux[0], aux[1], keys, s), s0)
+    return jax.lax.while_loop(cond, lambda s: step(p, arr_sorted, n_acc, keys, s), s)
+
+
+def finish_stack(rq: Requests, s: _State, aux) -> ReplayResult:
+    """Per-request results of a stack of finished replays."""
+    ensure_x64()
     return jax.vmap(_result)(rq, s, aux)
+
+
+def widen_stack(s: _State, aux, slots: int):
+    """Host-side (numpy): a stack's states and constants at ``slots`` (≥ the current) running-list slots;
+    replays that ran out of slots (``SLOTS_FULL``) are running again. Nothing else changes, so a replay
+    continued this way is the replay run at ``slots`` from the start."""
+    n = s.ri.shape[-2] - 1
+    pad = int(slots) - s.run.shape[-1]
+    if pad < 0:
+        raise ValueError(f"cannot narrow {s.run.shape[-1]} slots to {slots}")
+    ext = lambda a, v: np.concatenate([np.asarray(a), np.full(a.shape[:-1] + (pad,), v, np.asarray(a).dtype)], axis=-1)  # noqa: E731
+    status = np.where(np.asarray(s.status) == SLOTS_FULL, RUNNING, np.asarray(s.status)).astype(np.int32)
+    s = eqx.tree_at(lambda t: (t.run, t.stk, t.status), s, (ext(s.run, n), ext(s.stk, n), status))
+    return s, (ext(aux[0], np.inf), *aux[1:])
+
+
+def replay_stack(
+    p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
+    shared_table: bool = False,
+) -> ReplayResult:
+    """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
+    item by item to :func:`replay`.
+
+    ``shared_table``: ``p.table`` has no leading axis and serves every item."""
+    s0, aux = start_stack(p, rq, slots=slots, timeline_len=timeline_len, shared_table=shared_table)
+    s = advance_stack(p, aux[0], aux[1], keys, s0, stochastic=stochastic, shared_table=shared_table)
+    return finish_stack(rq, s, aux)
 
 
 replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len"))

@@ -1,0 +1,128 @@
+"""Growing slot capacity: a replay run with fewer running-list slots than max_num_seqs stops before the
+first pass that could need more (SLOTS_FULL) and, widened, continues exactly as if it had run at the
+larger capacity from the start; batched replays go through 16, 32, ... slots and equal full-capacity runs."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+
+import jax
+import numpy as np
+
+from jaxsim.kernels.acceptance import pad_rates
+from jaxsim.kernels.rounds import compile_round_table
+from jaxsim.replay import batch
+from jaxsim.replay.batch import replay_batch, unstack
+from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, widen_stack
+from jaxsim.replay.traces import make_trace
+from jaxsim.replay.batch import config_from_binding
+from jaxsim.rules.binding import bind
+from jaxsim.rules.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 128
+TIMELINE = 2048
+
+
+def _crowd(n: int = 100, seed: int = 0):
+    """``n`` requests arriving 0.5 ms apart: far more running at once than 16 slots hold."""
+    rng = np.random.default_rng(seed)
+    return make_trace("crowd", np.arange(n) * 0.5, rng.integers(300, 400, n), rng.integers(20, 90, n))
+
+
+@cache
+def _config(name: str):
+    return config_from_binding(bind(load_config(ROOT / "configs" / name)))
+
+
+def _params(max_num_seqs: int, budget: int = 8192, k: int = 0, rates=None):
+    """On the calibrated Qwen3-32B profile (decode to batch 128, prefill batches 1-32), or with k draft
+    tokens on the speculative example deployment's profile."""
+    c = _config("deployment_speculative.toml" if k else "deployment_calibrated.toml")
+    return make_params(c.aggregated.params(c.nextn, c.accept_rates, 10).table, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, block_size=16,
+                       num_gpu_blocks=6000, num_draft_tokens=k, accept_rates=None if rates is None else pad_rates(np.asarray(rates)),
+                       max_model_len=32768)
+
+
+def _full(p, trace, slots: int, seed: int = 0, stochastic: bool = False):
+    return jax.tree.map(np.asarray, replay_jit(p, trace.requests(N), jax.random.PRNGKey(seed), slots=slots,
+                                               stochastic=stochastic, timeline_len=TIMELINE))
+
+
+def _stack(x):
+    return jax.tree.map(lambda a: np.asarray(a)[None], x)
+
+
+def test_too_few_slots_stop_with_slots_full_and_widening_continues_exactly():
+    trace = _crowd()
+    p = _params(64)
+    short = _full(p, trace, 16)
+    assert short.status == SLOTS_FULL
+    full = _full(p, trace, 64)
+    assert full.status == COMPLETED and np.nanmax(full.timeline[:, 2]) > 16  # column 2: running requests
+
+    pp, rq, keys = _stack(p), _stack(trace.requests(N)), _stack(jax.random.PRNGKey(0))
+    s, aux = jax.tree.map(np.asarray, batch.start_many(pp, rq, slots=16, timeline_len=TIMELINE))
+    s = jax.tree.map(np.asarray, batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False))
+    assert int(s.status[0]) == SLOTS_FULL
+    stopped_at = int(s.passes[0])
+    assert 0 < stopped_at < int(full.num_passes)
+    s, aux = widen_stack(s, aux, 64)
+    s = batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False)
+    got = unstack(jax.tree.map(np.asarray, batch.finish_many(rq, s, aux)), 0)
+    for name, a in vars(full).items():
+        np.testing.assert_array_equal(getattr(got, name), a, err_msg=name)
+
+
+def _check_batched_equals_full(params, trace, slots, stochastic):
+    assert batch._levels(slots, len(params))[0] == 16
+    seeds = list(range(len(params)))
+    got = jax.tree.map(np.asarray, replay_batch(params, trace.requests(N), seeds, slots=slots, stochastic=stochastic,
+                                                timeline_len=TIMELINE))
+    peaks = []
+    for i, p in enumerate(params):
+        one = _full(p, trace, slots, seed=seeds[i], stochastic=stochastic)
+        item = unstack(got, i)
+        for name, a in vars(one).items():
+            np.testing.assert_array_equal(getattr(item, name), a, err_msg=f"config {i} field {name}")
+        peaks.append(np.nanmax(one.timeline[:, 2]))
+    assert np.all(got.status == COMPLETED), got.status
+    return peaks
+
+
+def test_batched_replays_through_growing_capacities_equal_full_capacity_runs():
+    params = [_params(m, b) for m in (20, 24, 32, 40, 64, 90, 100, 128) for b in (1024, 8192)]
+    assert batch._levels(128, len(params)) == [16, 32, 64, 128]
+    peaks = _check_batched_equals_full(params, _crowd(seed=1), 128, False)
+    assert max(peaks) > 64 and min(peaks) <= 32  # some replays went through every capacity, some stopped early
+
+
+def _synthetic_sd_table():
+    """SYNTHETIC smooth tables (made-up latencies, not a measurement) wide enough for a crowd: decode
+    batches 1-64, prefill batches 1-32; priced as a measured speculative round with K = 3."""
+    db, dk = np.meshgrid(np.arange(1, 65), np.geomspace(16, 400_000, 12).round())
+    pb, pt, pk = np.meshgrid(np.arange(1, 33), np.geomspace(1, 8192, 10).round(),
+                             np.r_[0, np.geomspace(16, 400_000, 8).round()], indexing="ij")
+    ok = pt >= pb
+    cell = SimpleNamespace(decode_batch=db.ravel(), decode_kv=dk.ravel(), decode_latency_ms=(5.0 + 0.05 * db + 2e-5 * dk).ravel(),
+                           prefill_batch=pb[ok], prefill_tokens=pt[ok], prefill_kv=pk[ok],
+                           prefill_latency_ms=(8.0 + 0.02 * pt + 1e-5 * pk + 0.1 * pb)[ok])
+    return compile_round_table(cell, speculative=True, num_draft_tokens=3)
+
+
+def test_sampled_speculative_bursts_continue_across_capacities():
+    """Sampled acceptance (the PRNG stream is keyed by pass and request) is unchanged by a capacity step."""
+    t = _synthetic_sd_table()
+    params = [make_params(t, max_num_batched_tokens=b, max_num_seqs=m, block_size=16, num_gpu_blocks=6000, num_draft_tokens=3,
+                          accept_rates=pad_rates(np.array([0.8, 0.6, 0.4])), max_model_len=32768)
+              for m in (18, 24, 32, 40, 64) for b in (1024, 8192)]
+    peaks = _check_batched_equals_full(params, _crowd(seed=3), 64, True)
+    assert max(peaks) > 32
+
+
+def test_levels():
+    assert batch._levels(256, 100) == [16, 32, 64, 128, 256]
+    assert batch._levels(16, 100) == [16] and batch._levels(8, 100) == [8]
+    assert batch._levels(256, batch.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
