@@ -22,7 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["compile_cached", "compile_fresh", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
+__all__ = ["compile_cached", "compile_fresh", "prune_executables", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
 
 
 def ensure_x64() -> None:
@@ -207,6 +207,7 @@ def load_executable(name: str, args: tuple, statics: dict | None = None, rebuild
     path = d / f"{name}-{executable_key(name, args, statics)}.bin"
     try:
         payload, record, device_ids = pickle.loads(path.read_bytes())
+        os.utime(path)  # recently used: pruned last (prune_executables)
         from jax.experimental import serialize_executable as se  # noqa: PLC0415
 
         by_id = {d.id: d for d in jax.devices()}
@@ -239,8 +240,43 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps((payload, record, device_ids)))
         tmp.replace(path)
+        prune_executables(d)
     except Exception:  # noqa: BLE001 (caching is an optimisation; compiling again is always correct)
         return
+
+
+def executable_cache_max_bytes() -> int:
+    """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB)."""
+    try:
+        return int(float(os.environ.get("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "2048")) * 2**20)
+    except ValueError:
+        return 2048 * 2**20
+
+
+def prune_executables(d: Path, max_bytes: int | None = None) -> list[Path]:
+    """Delete the least recently used entries (by modification time; a load touches its entry) until
+    the cache holds at most ``max_bytes``; return what was deleted. Every source change of jaxsim
+    starts new entries, so without this the folder would only grow."""
+    cap = executable_cache_max_bytes() if max_bytes is None else max_bytes
+    entries = []
+    for f in d.glob("*.bin"):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        entries.append((st.st_mtime_ns, st.st_size, f))
+    total = sum(size for _, size, _ in entries)
+    gone = []
+    for _, size, f in sorted(entries, key=lambda e: e[0]):
+        if total <= cap:
+            break
+        try:
+            f.unlink()
+        except OSError:
+            continue
+        total -= size
+        gone.append(f)
+    return gone
 
 
 @contextlib.contextmanager

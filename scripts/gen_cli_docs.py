@@ -34,7 +34,8 @@ overwrites an existing output file unless `--force` is given. Regenerate this pa
 Compiled code is kept between runs under `$JAXSIM_CACHE_DIR` (default `~/.cache/jaxsim/xla`): JAX's
 compilation cache, and in `jaxsim-executables/` the sweep's and the replay's whole executables, which a
 later run loads without tracing or compiling (keyed by jaxsim's source, the JAX version, the devices and
-the argument shapes; `JAXSIM_EXECUTABLE_CACHE=0` turns this part off). Deleting the folder is always safe.
+the argument shapes; `JAXSIM_EXECUTABLE_CACHE=0` turns this part off; it keeps the most recently used
+entries within `JAXSIM_EXECUTABLE_CACHE_MAX_MB`, default 2048). Deleting the folder is always safe.
 
 """
 

@@ -167,3 +167,24 @@ def test_an_entry_that_fails_when_called_is_replaced_by_a_fresh_compilation(cach
     np.testing.assert_array_equal(np.asarray(out.doubled), 2.0 * args[0])
     assert jx.load_executable("t-kernel", args) is not None  # the fresh compilation was stored again
     np.testing.assert_array_equal(np.asarray(exe(*args).doubled), 2.0 * args[0])
+
+
+def test_the_cache_keeps_the_most_recently_used_entries_under_its_cap(cache_dir, monkeypatch):
+    """Entries beyond the size cap go, least recently used first; loading an entry makes it recent."""
+    import time
+
+    sizes = {}
+    for n in (4, 8, 16):
+        jx.compile_cached("t-kernel", jx.jit_x64(_kernel), _args(n))
+        (new,) = set(cache_dir.glob("*.bin")) - set(sizes)
+        sizes[new] = new.stat().st_size
+        time.sleep(0.02)
+    first = next(iter(sizes))
+    assert jx.load_executable("t-kernel", _args(4)) is not None  # touches the oldest entry: now the newest
+    cap = sum(sizes.values()) - 1  # one entry must go: the least recently used is the n=8 one
+    gone = jx.prune_executables(cache_dir, cap)
+    assert len(gone) == 1 and gone[0] != first and first.exists()
+    assert jx.load_executable("t-kernel", _args(8)) is None and jx.load_executable("t-kernel", _args(16)) is not None
+    monkeypatch.setenv("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "0")
+    jx.compile_cached("t-kernel", jx.jit_x64(_kernel), _args(32))  # a save prunes down to the cap
+    assert list(cache_dir.glob("*.bin")) == []
