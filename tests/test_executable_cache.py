@@ -143,8 +143,8 @@ def test_sweep_cli_reuses_its_sharded_executable(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         files = sorted(exe_dir.glob("sweep-evaluate-chunk-*.bin")) if exe_dir.exists() else []
         assert len(files) == (on == "1")
-        stamps.extend(f.stat().st_mtime_ns for f in files)
-    assert stamps[0] == stamps[1]  # loaded, not compiled and stored again
+        stamps.extend(f.stat().st_ino for f in files)
+    assert stamps[0] == stamps[1]  # loaded, not compiled and stored again (a save replaces the file)
     for i in (1, 2):
         assert (tmp_path / "s0.parquet").read_bytes() == (tmp_path / f"s{i}.parquet").read_bytes()
 
