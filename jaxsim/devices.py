@@ -78,7 +78,9 @@ def shard_if_even(*trees):
 
 
 def enable_compilation_cache() -> None:
-    """Persist compiled kernels across CLI runs (``$JAXSIM_CACHE_DIR``, default ~/.cache/jaxsim/xla)."""
+    """Persist compiled kernels across CLI runs (``$JAXSIM_CACHE_DIR``, default ~/.cache/jaxsim/xla), the
+    small ones too: a CLI run compiles a few dozen tiny functions (table conversions, capacity numbers)
+    whose 20–100 ms each add up (sweep_large's planning: 0.6 → 0.4 s with them cached)."""
     path = os.environ.get("JAXSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxsim", "xla")
     try:
         os.makedirs(path, exist_ok=True)
@@ -90,7 +92,7 @@ def enable_compilation_cache() -> None:
         import jax
 
         jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     else:  # JAX reads these when it is imported (later, and only by commands that compile)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = path
-        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"

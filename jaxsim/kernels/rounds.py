@@ -117,7 +117,7 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
         "pre_coef": (pre.coef, (nb, 2 * pt - 1, 2 * pk - 1, 4)),
         "pre_code": (pre.code, (nb, 2 * pt - 1, 2 * pk - 1)),
     }
-    arrays = {k: jnp.asarray(_pad(np.asarray(a), shape, PAD_FILL[k])) for k, (a, shape) in parts.items()}
+    arrays = {k: jax.device_put(_pad(np.asarray(a), shape, PAD_FILL[k])) for k, (a, shape) in parts.items()}  # a transfer: jnp.asarray compiles a conversion per shape
     return RoundTable(**arrays, speculative=bool(speculative), num_draft_tokens=int(num_draft_tokens))
 
 
@@ -134,7 +134,7 @@ def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]], *, specul
         target = tuple(shapes[f])
         if any(n < m for n, m in zip(target, a.shape)):
             raise ValueError(f"cannot pad RoundTable.{f} of shape {a.shape} down to {target}")
-        arrays[f] = jnp.asarray(_pad(a, target, fill))
+        arrays[f] = jax.device_put(_pad(a, target, fill))
     return RoundTable(
         **arrays,
         speculative=t.speculative if speculative is None else bool(speculative),
