@@ -93,6 +93,7 @@ def executable_dir() -> Path | None:
     base = jax.config.jax_compilation_cache_dir
     if not base or os.environ.get("JAXSIM_EXECUTABLE_CACHE", "1") == "0":
         return None
+    executable_cache_max_bytes()  # a bad setting is the user's error, reported before anything compiles
     return Path(base) / "jaxsim-executables"
 
 
@@ -246,11 +247,18 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
 
 
 def executable_cache_max_bytes() -> int:
-    """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB)."""
+    """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB); anything
+    but a number ≥ 0 is an :class:`~jaxsim.errors.InputError`."""
+    raw = os.environ.get("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "2048")
     try:
-        return int(float(os.environ.get("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "2048")) * 2**20)
+        mb = float(raw)
     except ValueError:
-        return 2048 * 2**20
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        from jaxsim.errors import InputError  # noqa: PLC0415
+
+        raise InputError(f"JAXSIM_EXECUTABLE_CACHE_MAX_MB={raw!r}: must be a size in megabytes >= 0")
+    return int(mb * 2**20)
 
 
 def prune_executables(d: Path, max_bytes: int | None = None) -> list[Path]:

@@ -188,3 +188,13 @@ def test_the_cache_keeps_the_most_recently_used_entries_under_its_cap(cache_dir,
     monkeypatch.setenv("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "0")
     jx.compile_cached("t-kernel", jx.jit_x64(_kernel), _args(32))  # a save prunes down to the cap
     assert list(cache_dir.glob("*.bin")) == []
+
+
+@pytest.mark.parametrize("bad", ["two gigabytes", "-5", "nan"])
+def test_a_bad_cache_cap_is_a_one_line_error(bad, tmp_path):
+    env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"), JAXSIM_EXECUTABLE_CACHE="1", JAXSIM_EXECUTABLE_CACHE_MAX_MB=bad)
+    cmd = [sys.executable, "-m", "jaxsim", "sweep", str(ROOT / "configs" / "quickstart.toml"), "--output", str(tmp_path / "s.parquet")]
+    r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == f"error: JAXSIM_EXECUTABLE_CACHE_MAX_MB={bad!r}: must be a size in megabytes >= 0"
+    assert not (tmp_path / "s.parquet").exists()
