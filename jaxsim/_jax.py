@@ -22,7 +22,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["compile_cached", "compile_fresh", "prune_executables", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
+__all__ = ["compile_all", "compile_cached", "compile_fresh", "executable_key", "prune_executables", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
 
 
 def ensure_x64() -> None:
@@ -119,21 +119,14 @@ def executable_key(name: str, args: tuple, statics: dict | None = None) -> str:
 
 
 def _out_tree_record(out_tree):
-    """A picklable description of an executable's output structure: the treedef itself when it pickles
-    faithfully, else a recipe of its containers (tuples, lists, dicts, and equinox Modules by class,
-    whose treedefs do not pickle) that :func:`_out_tree_from` rebuilds and checks."""
-    try:
-        if pickle.loads(pickle.dumps(out_tree)) == out_tree:
-            return ("treedef", out_tree)
-    except Exception:  # noqa: BLE001 (unpicklable node data)
-        pass
+    """A picklable description of an executable's output structure (treedefs of equinox Modules do not
+    pickle): a recipe of its containers (tuples, lists, dicts, Modules by class) that
+    :func:`_out_tree_from` rebuilds and checks; None for a structure it cannot describe."""
     try:
         recipe = _recipe(jax.tree.unflatten(out_tree, [0] * out_tree.num_leaves))
-        if jax.tree.structure(_build(recipe)) != out_tree:
-            return None
-    except (TypeError, ValueError):
+    except TypeError:
         return None
-    return ("recipe", recipe, str(out_tree))
+    return (recipe, str(out_tree)) if jax.tree.structure(_build(recipe)) == out_tree else None
 
 
 def _recipe(node):
@@ -168,9 +161,7 @@ def _build(recipe):
 
 
 def _out_tree_from(record):
-    if record[0] == "treedef":
-        return record[1]
-    _, recipe, text = record
+    recipe, text = record
     tree = jax.tree.structure(_build(recipe))
     if str(tree) != text:
         raise ValueError("output structure changed")
@@ -305,6 +296,28 @@ def fresh_compilation():
         cc.reset_cache()
 
 
+def compile_all(specs) -> tuple[list, int, int]:
+    """Executables for ``specs`` ((name, jitted fn, args, statics); args may be ``ShapeDtypeStruct``), in
+    order: each loaded from the executable cache (no tracing; an entry whose first call fails is rebuilt)
+    or traced and lowered one after the other, compiled by XLA in parallel threads outside JAX's
+    persistent cache, and stored. Also returns how many were compiled and how many loaded."""
+    out, todo = [None] * len(specs), []
+    for i, (name, fn, args, statics) in enumerate(specs):
+        out[i] = load_executable(name, args, statics, rebuild=functools.partial(compile_fresh, name, fn, args, statics))
+        if out[i] is None:
+            todo.append((i, fn.lower(*args, **(statics or {}))))
+    if todo:
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+            compiled = list(pool.map(lambda t: t[1].compile(), todo))
+        for (i, _), exe in zip(todo, compiled):
+            name, _, args, statics = specs[i]
+            save_executable(name, args, statics, exe)
+            out[i] = exe
+    return out, len(todo), len(specs) - len(todo)
+
+
 def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None):
     """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache) and store it."""
     lowered = fn.lower(*args, **(statics or {}))
@@ -315,7 +328,6 @@ def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None):
 
 
 def compile_cached(name: str, fn, args: tuple, statics: dict | None = None):
-    """``fn.lower(*args, **statics).compile()`` through the on-disk executable cache (:func:`load_executable`):
+    """``fn.lower(*args, **statics).compile()`` through the on-disk executable cache (:func:`compile_all`):
     a warm process loads the executable without tracing or lowering ``fn``."""
-    rebuild = functools.partial(compile_fresh, name, fn, args, statics)
-    return load_executable(name, args, statics, rebuild=rebuild) or rebuild()
+    return compile_all([(name, fn, args, statics)])[0][0]

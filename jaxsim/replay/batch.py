@@ -8,8 +8,6 @@ a whole sweep compiles once.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import compile_fresh, ensure_x64, fresh_compilation, jit_x64, load_executable, save_executable
+from jaxsim._jax import compile_all, ensure_x64, executable_key, jit_x64
 from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
@@ -254,40 +252,23 @@ def _np_stack(trees):
 _EXECUTABLES: dict = {}
 
 
-def _exe_key(name: str, args, statics: dict):
-    return (name, tuple(sorted(statics.items())), jax.tree.structure(args),
-            tuple((tuple(x.shape), str(x.dtype), str(getattr(x, "sharding", None))) for x in jax.tree.leaves(args)))
-
-
 def _compile_all(specs, timings: dict | None) -> None:
-    """Compile the executables ``specs`` ((name, args, statics); args may be ``ShapeDtypeStruct``) that
-    this process has not compiled yet (once per shape bucket): loaded from the on-disk executable cache
-    when a previous process stored them (:func:`~jaxsim._jax.load_executable`: no tracing), else traced
-    one after the other and compiled by XLA in parallel threads, then stored. Wall time goes to ``timings``."""
+    """The executables ``specs`` ((name, args, statics); args may be ``ShapeDtypeStruct``) need that
+    this process has not got yet (once per shape bucket), through :func:`~jaxsim._jax.compile_all`
+    (the executable cache, else parallel XLA compilation). Wall time goes to ``timings``."""
     t0 = time.perf_counter()
-    todo, loaded = {}, 0
+    todo = {}
     for name, args, statics in specs:
-        key = _exe_key(name, args, statics)
-        if key not in _EXECUTABLES and key not in todo:
-            rebuild = functools.partial(compile_fresh, name, _FUNCTIONS[name], args, statics)
-            exe = load_executable(name, args, statics, rebuild=rebuild)
-            if exe is not None:
-                _EXECUTABLES[key], loaded = exe, loaded + 1
-            else:
-                todo[key] = (name, args, statics, _FUNCTIONS[name].lower(*args, **statics))
-    if not todo and not loaded:
+        key = executable_key(name, args, statics)
+        if key not in _EXECUTABLES:
+            todo.setdefault(key, (name, _FUNCTIONS[name], args, statics))
+    if not todo:
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        compiled = list(pool.map(lambda t: t[3].compile(), todo.values()))
-    for key, exe in zip(todo, compiled):
-        _EXECUTABLES[key] = exe
-        name, args, statics, _ = todo[key]
-        save_executable(name, args, statics, exe)
+    exes, compiled, loaded = compile_all(list(todo.values()))
+    _EXECUTABLES.update(zip(todo, exes))
     if timings is not None:
         timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
-        timings["compilations"] = timings.get("compilations", 0) + len(todo)
+        timings["compilations"] = timings.get("compilations", 0) + compiled
         timings["executables_loaded"] = timings.get("executables_loaded", 0) + loaded
 
 
@@ -345,10 +326,10 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
             if lo:  # every call of a group has the same shapes
                 continue
             specs.append(("replay-start", (pp, rr), call["start"]))
+            sds = _abstract(split)
             for lv in levels:  # the state and constants at each capacity, as the device will see them
                 s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=timeline_len,
                                                                                  shared_table=shared_table), pp, rr)
-                sds = _abstract(split)
                 specs.append(("replay-advance", (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), run))
             s_abs, aux_abs = _without_slots(s_abs, aux_abs)
             specs.append(("replay-finish", (rr, jax.tree.map(sds, s_abs), jax.tree.map(sds, aux_abs)), {}))
@@ -372,7 +353,7 @@ def _abstract(split: bool):
 
 
 def _call(name: str, args, statics: dict):
-    return _EXECUTABLES[_exe_key(name, args, statics)](*args)
+    return _EXECUTABLES[executable_key(name, args, statics)](*args)
 
 
 def _run_call(c: dict):
