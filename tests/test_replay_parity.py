@@ -20,7 +20,7 @@ from jaxsim.replay.engine import COMPLETED, DONE, is_stochastic, replay_jit
 from replay_support import PAD, SLOTS, case_blocks, case_params, case_rates, case_trace, replay_cases
 
 CASES = replay_cases()
-TIMELINE = 128
+TIMELINE = 1024
 
 
 @pytest.fixture(scope="module")

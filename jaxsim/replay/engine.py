@@ -178,7 +178,7 @@ def _opaque(x, zero):
 def _materialize(x):
     """``x`` unchanged, computed once: XLA:CPU fuses a chain of cheap scalar ops into every element of
     each wide consumer (``optimization_barrier`` is dropped); a scan's first element is not fused."""
-    return jnp.cumsum(jnp.stack([x, x]), axis=0)[0]
+    return jnp.cumsum(jnp.stack([x, jnp.zeros_like(x)]), axis=0)[0]
 
 
 def _push_stack(stk, n_stk, run_req, lo, hi, S):
@@ -193,9 +193,18 @@ def _active(p: EngineParams, s: _State) -> Bool[Array, ""]:
     return (s.status == RUNNING) & (s.passes < p.max_passes)
 
 
-def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _State) -> _State:
+def _any(pred: Bool[Array, ""], axis_name: str | None) -> Bool[Array, ""]:
+    """``pred`` of any replay of the batch (the vmapped axis ``axis_name``; None: this replay alone): a
+    batch-wide predicate lets ``lax.cond`` skip work no replay of the batch needs in this pass."""
+    return pred if axis_name is None else jax.lax.psum(pred.astype(jnp.int32), axis_name) > 0
+
+
+def _engine_pass(
+    p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _State, axis_name: str | None = None
+) -> _State:
     """One scheduler pass; a no-op once the replay is inactive (so a batch of replays can share one
-    loop without selecting whole states: the per-request matrices are only touched by scatters)."""
+    loop without selecting whole states: the per-request matrices are only touched by scatters).
+    ``axis_name``: the vmapped batch axis, when the pass runs vmapped over replays."""
     S = s.run.shape[0]
     N = s.ri.shape[0] - 1
     active = _active(p, s)
@@ -228,7 +237,13 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
     cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
     cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
-    t_fit = jnp.searchsorted(cum_al, NB - jnp.cumsum(need_blk), side="right", method="scan") - 1
+    room = NB - jnp.cumsum(need_blk)
+    # most passes preempt nowhere in the whole batch: the search then runs in none of them
+    t_fit = jax.lax.cond(
+        _any(jnp.any(live & (cum_al[s.n_run] > room)), axis_name),
+        lambda: jnp.searchsorted(cum_al, room, side="right", method="compare_all" if S <= 32 else "scan").astype(jnp.int64) - 1,
+        lambda: jnp.full((S,), s.n_run),
+    )
     t_fit = jnp.where(live, jnp.maximum(t_fit, 0), s.n_run)
     keep_upto = jax.lax.cummin(t_fit)
     keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
@@ -292,14 +307,21 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
 
     # ---- speculative reservation for the round's bursts -----------------------------------------
     ready = in2 & sched2 & (gen2 < out2) & (dec2 | (comp2 == len2))
-    rb = jnp.where(dec2, jnp.minimum(n_sched2, out2 - gen2), 1)  # a decode's burst: at most its scheduled tokens
-    req_blk = jnp.where(ready, blocks_for(len2 + rb, bs) - blocks_for(len2, bs), 0)
-    cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
-    ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
-    fits = (cr + ca <= NB) & (jnp.arange(S + 1) <= n_run2)
-    t_star = jnp.where(K > 0, jnp.sum(fits) - 1, n_run2)
+
+    def reserve():
+        rb = jnp.where(dec2, jnp.minimum(n_sched2, out2 - gen2), 1)  # a decode's burst: at most its scheduled tokens
+        req_blk = jnp.where(ready, blocks_for(len2 + rb, bs) - blocks_for(len2, bs), 0)
+        cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
+        ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
+        fits = (cr + ca <= NB) & (jnp.arange(S + 1) <= n_run2)
+        return jnp.where(K > 0, jnp.sum(fits) - 1, n_run2)
+
+    # autoregressive batches (no replay with K > 0) reserve nothing
+    t_star = jax.lax.cond(_any(K > 0, axis_name), reserve, lambda: n_run2)
     pre2 = in2 & (slot >= t_star)
-    stk3, n_stk3 = _push_stack(stk1, n_stk2, req2, t_star, n_run2, S)
+    stk3, n_stk3 = jax.lax.cond(
+        _any(t_star < n_run2, axis_name), lambda: _push_stack(stk1, n_stk2, req2, t_star, n_run2, S), lambda: (stk1, n_stk2)
+    )
     ready = ready & (slot < t_star)
 
     dready = ready & (gen2 > 0)
@@ -307,6 +329,7 @@ def _engine_pass(p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _
     dkv = jnp.sum(jnp.where(dready, len2 - 1, 0))
 
     has_p, has_d, lp, ld, code = pass_lookups(p.table, np_, ptok, pkv, nd, dkv)
+    code = _materialize(code)  # read by every per-slot update: computed once, not once per element
     bad = code >= st.FIRST_UNSUPPORTED
     # the reference's clock adds two rounded durations: no fused multiply-add may form here
     zero = jnp.minimum(s.passes, 0)
@@ -477,6 +500,9 @@ def start_stack(p: EngineParams, rq: Requests, *, slots: int, timeline_len: int 
     return jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
 
 
+_BATCH = "replays"
+
+
 def advance_stack(
     p: EngineParams, arr_sorted: Float64[Array, "I M"], n_acc: Int64[Array, " I"], keys: jax.Array, s: _State, *,
     stochastic: bool = True, shared_table: bool = False,
@@ -486,7 +512,9 @@ def advance_stack(
     every item's whole state at every pass)."""
     ensure_x64()
     ax = param_axes(p, shared_table)
-    step = jax.vmap(lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s), in_axes=(ax, 0, 0, 0, 0))
+    step = jax.vmap(
+        lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s, _BATCH), in_axes=(ax, 0, 0, 0, 0), axis_name=_BATCH
+    )
 
     def cond(s):
         return jnp.any(jax.vmap(_active, in_axes=(ax, 0))(p, s))
