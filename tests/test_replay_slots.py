@@ -4,6 +4,10 @@ larger capacity from the start; batched replays go through 16, 32, ... slots and
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -126,3 +130,34 @@ def test_levels():
     assert batch._levels(256, 100) == [16, 32, 64, 128, 256]
     assert batch._levels(16, 100) == [16] and batch._levels(8, 100) == [8]
     assert batch._levels(256, batch.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
+
+
+def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
+    """Two host devices (a subprocess): each runs its half of the batch in its own loop (shard_map), with
+    autoregressive and speculative items, preemptions (a small KV pool) and growing capacities."""
+    code = textwrap.dedent(
+        f"""
+        import sys, jax, numpy as np
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import test_replay_slots as t
+        from jaxsim.replay import batch
+        from jaxsim.replay.engine import make_params
+        from jaxsim.kernels.acceptance import pad_rates
+        assert len(jax.devices()) == 2
+        sd = t._synthetic_sd_table()
+        params = [make_params(sd, max_num_batched_tokens=b, max_num_seqs=m, block_size=16, num_gpu_blocks=g, num_draft_tokens=k,
+                              accept_rates=pad_rates(np.array([1.0, 1.0, 0.0])), max_model_len=32768)
+                  for m in (20, 64) for b in (1024, 8192) for g in (700, 6000) for k in (0, 2)]
+        calls = []
+        run_call = batch._run_call
+        batch._run_call = lambda c: calls.append(c["advance"]) or run_call(c)
+        peaks = t._check_batched_equals_full(params, t._crowd(seed=5), 64, False)
+        assert set(calls) == {{"replay-advance-split"}}, calls
+        print(len(params), max(peaks))
+        """
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    n, peak = r.stdout.split()
+    assert n == "16" and float(peak) > 32

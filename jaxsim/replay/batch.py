@@ -66,7 +66,29 @@ Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i
 start_many = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
 advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table"))
 finish_many = jit_x64(finish_stack)
-_FUNCTIONS = {"replay-start": start_many, "replay-advance": advance_many, "replay-finish": finish_many}
+
+
+def advance_split(p: EngineParams, arr_sorted, n_acc, keys, s, *, stochastic: bool, shared_table: bool):
+    """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
+    device running its own loop over its own items (no cross-device step per pass)."""
+    from jax.sharding import PartitionSpec as P
+
+    from jaxsim.devices import _mesh
+    from jaxsim.replay.engine import param_axes
+
+    items = P("batch")
+    p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
+    local = jax.shard_map(
+        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table), mesh=_mesh(),
+        in_specs=(p_spec, items, items, items, items), out_specs=items, check_vma=False,
+    )
+    return local(p, arr_sorted, n_acc, keys, s)
+
+
+_FUNCTIONS = {
+    "replay-start": start_many, "replay-advance": advance_many, "replay-finish": finish_many,
+    "replay-advance-split": jit_x64(advance_split, static_argnames=("stochastic", "shared_table")),
+}
 
 FIRST_SLOTS = 16
 """Batched replays start with this many running-list slots and double them when a replay fills them
@@ -321,7 +343,7 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
                 rr, kk = jax.tree.map(put, rr), put(kk)
             run = dict(stochastic=stochastic, shared_table=shared_table)
             call = dict(members=[idx[j] for j in range(lo, min(lo + size, len(idx)))], pp=pp, rr=rr, kk=kk, put=put,
-                        levels=levels, start=dict(slots=levels[0], timeline_len=timeline_len, shared_table=shared_table), run=run)
+                        levels=levels, advance="replay-advance-split" if split else "replay-advance", start=dict(slots=levels[0], timeline_len=timeline_len, shared_table=shared_table), run=run)
             calls.append(call)
             if lo:  # every call of a group has the same shapes
                 continue
@@ -330,7 +352,7 @@ def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, ti
             for lv in levels:  # the state and constants at each capacity, as the device will see them
                 s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=timeline_len,
                                                                                  shared_table=shared_table), pp, rr)
-                specs.append(("replay-advance", (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), run))
+                specs.append((call["advance"], (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), run))
             s_abs, aux_abs = _without_slots(s_abs, aux_abs)
             specs.append(("replay-finish", (rr, jax.tree.map(sds, s_abs), jax.tree.map(sds, aux_abs)), {}))
     _compile_all(specs, timings)
@@ -366,7 +388,7 @@ def _run_call(c: dict):
                 break
             s, aux = widen_stack(s, aux, lv)
         args = (c["pp"], put(aux[0]), put(aux[1]), c["kk"], jax.tree.map(put, s))
-        s = host(_call("replay-advance", args, c["run"]))
+        s = host(_call(c["advance"], args, c["run"]))
     s, aux = _without_slots(s, aux)
     return host(_call("replay-finish", (c["rr"], jax.tree.map(put, s), jax.tree.map(put, aux)), {}))
 
