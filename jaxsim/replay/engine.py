@@ -234,24 +234,29 @@ def _engine_pass(
     live = in_run & (bud_before > 0)
     target = jnp.where(is_dec, comp_r + 1, comp_r + n_tok)
     need_blk = jnp.where(live, jnp.maximum(blocks_for(target, bs) - al_r, 0), 0)
-    # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
-    cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
-    cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
-    room = NB - jnp.cumsum(need_blk)
-    # most passes preempt nowhere in the whole batch: the search then runs in none of them
-    t_fit = jax.lax.cond(
-        _any(jnp.any(live & (cum_al[s.n_run] > room)), axis_name),
-        lambda: jnp.searchsorted(cum_al, room, side="right", method="compare_all" if S <= 32 else "scan").astype(jnp.int64) - 1,
-        lambda: jnp.full((S,), s.n_run),
-    )
-    t_fit = jnp.where(live, jnp.maximum(t_fit, 0), s.n_run)
-    keep_upto = jax.lax.cummin(t_fit)
+
+    def search():
+        # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
+        cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
+        cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
+        room = NB - jnp.cumsum(need_blk)
+        t = jnp.searchsorted(cum_al, room, side="right", method="compare_all" if S <= 32 else "scan").astype(jnp.int64) - 1
+        t = jnp.where(live, jnp.maximum(t, 0), s.n_run)
+        return t, jax.lax.cummin(t)
+
+    # every live slot allocates without preempting unless the pool is short by the end of the list
+    # (live slots are a prefix; need_blk is 0 after them). Most passes of the whole batch are not:
+    # the search then runs in none of them.
+    short = jnp.any(live) & (jnp.sum(al_r) + jnp.sum(need_blk) > NB)
+    t_fit, keep_upto = jax.lax.cond(_any(short, axis_name), search, lambda: (jnp.full((S,), s.n_run), jnp.full((S,), s.n_run)))
     keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
     sched_run = live & (slot < keep_before) & (t_fit > slot)
     cut = jnp.minimum(keep_upto[-1], s.n_run)
     preempted_any = cut < s.n_run
     pre1 = in_run & (slot >= cut)
-    stk1, n_stk1 = _push_stack(s.stk, s.n_stk, r, cut, s.n_run, S)
+    stk1, n_stk1 = jax.lax.cond(
+        _any(preempted_any, axis_name), lambda: _push_stack(s.stk, s.n_stk, r, cut, s.n_run, S), lambda: (s.stk, s.n_stk)
+    )
     n_tok = jnp.where(sched_run, n_tok, 0)
     al_r = jnp.where(sched_run, al_r + need_blk, al_r)
 
