@@ -19,7 +19,7 @@ from jaxsim.kernels.acceptance import pad_rates
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.replay import batch
 from jaxsim.replay.batch import replay_batch, unstack
-from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, widen_stack
+from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
 from jaxsim.replay.traces import make_trace
 from jaxsim.replay.batch import config_from_binding
 from jaxsim.rules.binding import bind
@@ -149,10 +149,10 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
                               accept_rates=pad_rates(np.array([1.0, 1.0, 0.0])), max_model_len=32768)
                   for m in (20, 64) for b in (1024, 8192) for g in (700, 6000) for k in (0, 2)]
         calls = []
-        run_call = batch._run_call
-        batch._run_call = lambda c: calls.append(c["advance"]) or run_call(c)
+        call = batch._call
+        batch._call = lambda name, args, statics: calls.append(name) or call(name, args, statics)
         peaks = t._check_batched_equals_full(params, t._crowd(seed=5), 64, False)
-        assert set(calls) == {{"replay-advance-split"}}, calls
+        assert "replay-advance-split" in calls and "replay-advance" not in calls, calls
         print(len(params), max(peaks))
         """
     )
@@ -161,3 +161,25 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
     assert r.returncode == 0, r.stderr[-3000:]
     n, peak = r.stdout.split()
     assert n == "16" and float(peak) > 32
+
+
+def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(monkeypatch):
+    """One group holds items of several max_num_seqs buckets: at each capacity the items that reached
+    it run together (those at their last capacity apart from those that may grow), and every item
+    equals its run at full capacity."""
+    trace = _crowd(seed=2)
+    ms = (20, 24, 32, 40, 64, 90, 100, 128, 12, 128)
+    params = [_params(m, b) for m in ms for b in (1024, 8192)]
+    items = [(p, trace.requests(N), jax.random.PRNGKey(i), slot_bucket(int(p.max_num_seqs)), False) for i, p in enumerate(params)]
+    calls = []
+    call = batch._call
+    monkeypatch.setattr(batch, "_call", lambda name, args, statics: calls.append((name, args[-1].run.shape if "advance" in name else None)) or call(name, args, statics))
+    got = batch._run_items(items, timeline_len=TIMELINE, chunk=None)
+    for i, p in enumerate(params):
+        one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)
+        for name, a in vars(one).items():
+            np.testing.assert_array_equal(getattr(got[i], name), a, err_msg=f"item {i} field {name}")
+    advances = [c for c in calls if "advance" in c[0]]
+    assert {shape[1] for _, shape in advances} == {16, 32, 64, 128}
+    assert len(advances) <= 2 * 4  # at most a growing and a last call per capacity
+    assert sum(name == "replay-start" for name, _ in calls) == 1 and sum(name == "replay-finish" for name, _ in calls) == 1

@@ -304,69 +304,151 @@ def _levels(slots: int, n_items: int) -> list[int]:
     return out
 
 
+def _call_size(n: int, chunk: int | None) -> int:
+    """Items per call for ``n`` pending items: powers of two up to 16, then multiples of 16 (padding
+    stays small), at most ``chunk``."""
+    size = pow2_bucket(n) if n <= 16 else -(-n // 16) * 16
+    return size if not chunk else max(1, min(int(chunk), size))
+
+
 def _run_items(items, *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None) -> list:
     """Run (params, requests, key, slots, stochastic) items grouped by static arguments.
 
-    Tables are padded to common shapes, so groups of one slot bucket share their compilations. A group
-    whose items all use one table passes it once (not a copy per item); otherwise the tables are
-    stacked. Large groups run through growing slot capacities (:func:`_levels`): the replays that fill
-    their slots continue at twice as many, from where they stopped. ``timings`` (optional) accumulates
-    ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``."""
+    Tables are padded to common shapes, so a group (same trace size and sampling mode) shares its
+    compilations; a group whose items all use one table passes it once (not a copy per item). Large
+    groups run through growing slot capacities (:func:`_levels`), capacity by capacity: the replays
+    that fill their slots (``SLOTS_FULL``) continue together at the next capacity from where they
+    stopped, the others are done. One executable per capacity, one to start, one to finish.
+    ``timings`` (optional) accumulates ``compile_s``, ``run_s``, ``compilations`` and
+    ``executables_loaded``."""
     tables = {id(it[0].table): it[0].table for it in items}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
     groups: dict = {}
     for i, it in enumerate(items):
-        groups.setdefault((it[3], it[4], it[1].size), []).append(i)
-    ndev = num_devices()
-    calls, specs = [], []
-    for (slots, stochastic, _), idx in groups.items():
-        size = pow2_bucket(len(idx))  # bucketed batch: few distinct compilations
-        size = size if not chunk else min(int(chunk), size)
-        levels = _levels(slots, len(idx))
-        tids = {id(items[i][0].table) for i in idx}
-        shared_table = len(tids) == 1
-        shared = {id(x) for x in jax.tree.leaves(padded[next(iter(tids))])} if shared_table else set()
-        per_item = lambda fn, tree, shared=shared: jax.tree.map(lambda x: x if id(x) in shared else fn(x), tree)  # noqa: E731
-        params = [eqx.tree_at(lambda q: q.table, items[i][0], padded[id(items[i][0].table)]) for i in idx]
-        stacked = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
-        rqs = _np_stack([items[i][1] for i in idx])
-        keys = np.stack([np.asarray(items[i][2]) for i in idx])
-        split = ndev > 1 and size % ndev == 0  # items split over the devices, a shared table copied to each
-        put = (lambda x: jax.device_put(x, batch_sharding())) if split else (lambda x: x)
-        for lo in range(0, len(idx), size):
-            sel = np.arange(lo, lo + size) % len(idx)
-            pick = lambda x: x[sel]  # noqa: E731
-            pp, rr, kk = per_item(pick, stacked), jax.tree.map(pick, rqs), keys[sel]
-            if split:
-                rep = replicated()
-                pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in shared else put(x), pp)
-                rr, kk = jax.tree.map(put, rr), put(kk)
-            run = dict(stochastic=stochastic, shared_table=shared_table)
-            call = dict(members=[idx[j] for j in range(lo, min(lo + size, len(idx)))], pp=pp, rr=rr, kk=kk, put=put,
-                        levels=levels, advance="replay-advance-split" if split else "replay-advance", start=dict(slots=levels[0], timeline_len=timeline_len, shared_table=shared_table), run=run)
-            calls.append(call)
-            if lo:  # every call of a group has the same shapes
-                continue
-            specs.append(("replay-start", (pp, rr), call["start"]))
-            sds = _abstract(split)
-            for lv in levels:  # the state and constants at each capacity, as the device will see them
-                s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=timeline_len,
-                                                                                 shared_table=shared_table), pp, rr)
-                specs.append((call["advance"], (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), run))
-            s_abs, aux_abs = _without_slots(s_abs, aux_abs)
-            specs.append(("replay-finish", (rr, jax.tree.map(sds, s_abs), jax.tree.map(sds, aux_abs)), {}))
-    _compile_all(specs, timings)
+        groups.setdefault((it[4], it[1].size), []).append(i)
+    runs = [_Group(items, idx, padded, stochastic, timeline_len, chunk) for (stochastic, _), idx in groups.items()]
+    _compile_all([spec for g in runs for spec in g.specs()], timings)
     out = [None] * len(items)
-    for c in calls:
+    for g in runs:
         t0 = time.perf_counter()
-        part = _run_call(c)
+        for i, res in g.run(progress):
+            out[i] = res
         if timings is not None:
             timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
-        for j, i in enumerate(c["members"]):
-            out[i] = unstack(part, j)
-        if progress is not None:
-            progress(len(c["members"]))
     return out
+
+
+class _Group:
+    """Items of one group on the host: stacked parameters, requests and keys, and each item's slot
+    capacities (start, then doubling up to its max_num_seqs bucket)."""
+
+    def __init__(self, items, idx, padded, stochastic: bool, timeline_len: int, chunk: int | None):
+        self.idx, self.chunk, self.timeline_len = list(idx), chunk, int(timeline_len)
+        self.levels = [_levels(items[i][3], len(idx)) for i in idx]
+        tids = {id(items[i][0].table) for i in idx}
+        self.shared_table = len(tids) == 1
+        shared = {id(x) for x in jax.tree.leaves(padded[next(iter(tids))])} if self.shared_table else set()
+        params = [eqx.tree_at(lambda q: q.table, items[i][0], padded[id(items[i][0].table)]) for i in idx]
+        self.shared = shared
+        self.pp = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in shared else np.stack([np.asarray(x) for x in xs]), *params)
+        self.rq = _np_stack([items[i][1] for i in idx])
+        self.keys = np.stack([np.asarray(items[i][2]) for i in idx])
+        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table)
+
+    def _sizes(self):
+        """Call sizes: per (capacity, last) an upper bound on the items that run at that capacity
+        (``last``: it is their max_num_seqs bucket, so they run to the end there; the others may fill
+        their slots and stop early, so the two never share a call); for starting; for finishing."""
+        bound: dict = {}
+        for lv in self.levels:
+            for x in lv:
+                bound[(x, x == lv[-1])] = bound.get((x, x == lv[-1]), 0) + 1
+        starts: dict = {}
+        for lv in self.levels:
+            starts[lv[0]] = starts.get(lv[0], 0) + 1
+        size = lambda n: _call_size(n, self.chunk)  # noqa: E731
+        return ({k: size(n) for k, n in sorted(bound.items())}, {x: size(n) for x, n in starts.items()}, size(len(self.idx)))
+
+    def _args(self, sel, size: int):
+        """Parameters, requests and keys of items ``sel`` (positions in the group), padded to ``size``
+        with copies, placed on the devices; and the placement of per-item arrays."""
+        sel = np.resize(np.asarray(sel), size)
+        split = num_devices() > 1 and size % num_devices() == 0  # items split over the devices, a shared table copied to each
+        put = (lambda x: jax.device_put(x, batch_sharding())) if split else (lambda x: x)
+        pick = lambda x: x[sel]  # noqa: E731
+        pp = jax.tree.map(lambda x: x if id(x) in self.shared else pick(x), self.pp)
+        rr, kk = jax.tree.map(pick, self.rq), self.keys[sel]
+        if split:
+            rep = replicated()
+            pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in self.shared else put(x), pp)
+            rr, kk = jax.tree.map(put, rr), put(kk)
+        return pp, rr, kk, put, split
+
+    def specs(self):
+        levels, starts, fin = self._sizes()
+        out = []
+        for (lv, last), size in levels.items():
+            pp, rr, kk, put, split = self._args([0], size)
+            s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=self.timeline_len,
+                                                                             shared_table=self.shared_table), pp, rr)
+            sds = _abstract(split)
+            if lv in starts and not any(k == (lv, not last) for k in levels if k < (lv, last)):
+                spp, srr, *_ = self._args([0], starts[lv])
+                out.append(("replay-start", (spp, srr), self._start_statics(lv)))
+            out.append((_advance_name(split), (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), self.run_statics))
+        s_abs, aux_abs = _without_slots(s_abs, aux_abs)
+        pp, rr, kk, put, split = self._args([0], fin)
+        s_abs, aux_abs = jax.tree.map(lambda a: jax.ShapeDtypeStruct((fin,) + a.shape[1:], a.dtype), (s_abs, aux_abs))
+        out.append(("replay-finish", (rr, jax.tree.map(_abstract(split), s_abs), jax.tree.map(_abstract(split), aux_abs)), {}))
+        return out
+
+    def _start_statics(self, lv: int) -> dict:
+        return dict(slots=lv, timeline_len=self.timeline_len, shared_table=self.shared_table)
+
+    def run(self, progress=None):
+        """Yield (item index, result) for every item of the group."""
+        host = lambda t: jax.tree.map(np.asarray, t)  # noqa: E731
+        levels, starts, fin = self._sizes()
+        n = len(self.idx)
+        state: list = [None] * n  # (s, aux) of a pending item at its current capacity
+        done: list = [None] * n  # (s, aux) of a finished item, slot arrays emptied
+        at = [lv[0] for lv in self.levels]
+        for (lv, last), size in levels.items():
+            new = [j for j in range(n) if self.levels[j][0] == lv and state[j] is None and done[j] is None]
+            for lo in range(0, len(new), starts.get(lv, 1)):
+                sel = new[lo: lo + starts[lv]]
+                pp, rr, *_ = self._args(sel, starts[lv])
+                s, aux = host(_call("replay-start", (pp, rr), self._start_statics(lv)))
+                for k, j in enumerate(sel):
+                    state[j] = unstack((s, aux), k)
+            pending = [j for j in range(n) if state[j] is not None and at[j] == lv and (self.levels[j][-1] == lv) == last]
+            for lo in range(0, len(pending), size):
+                sel = pending[lo: lo + size]
+                pp, rr, kk, put, split = self._args(sel, size)
+                s, aux = _np_stack([state[j] for j in np.resize(np.asarray(sel), size)])
+                s = host(_call(_advance_name(split), (pp, put(aux[0]), put(aux[1]), kk, jax.tree.map(put, s)), self.run_statics))
+                finished = 0
+                for k, j in enumerate(sel):
+                    sj, auxj = unstack((s, aux), k)
+                    if int(sj.status) == SLOTS_FULL:
+                        at[j] = self.levels[j][self.levels[j].index(lv) + 1]
+                        state[j] = widen_stack(sj, auxj, at[j])
+                    else:
+                        state[j], done[j] = None, _without_slots(sj, auxj)
+                        finished += 1
+                if progress is not None and finished:
+                    progress(finished)
+        for lo in range(0, n, fin):
+            sel = list(range(lo, min(lo + fin, n)))
+            pp, rr, kk, put, split = self._args(sel, fin)
+            s, aux = _np_stack([done[j] for j in np.resize(np.asarray(sel), fin)])
+            res = host(_call("replay-finish", (rr, jax.tree.map(put, s), jax.tree.map(put, aux)), {}))
+            for k, j in enumerate(sel):
+                yield self.idx[j], unstack(res, k)
+
+
+def _advance_name(split: bool) -> str:
+    return "replay-advance-split" if split else "replay-advance"
 
 
 def _abstract(split: bool):
@@ -376,21 +458,6 @@ def _abstract(split: bool):
 
 def _call(name: str, args, statics: dict):
     return _EXECUTABLES[executable_key(name, args, statics)](*args)
-
-
-def _run_call(c: dict):
-    """One batch of replays through its slot capacities; results on the host."""
-    put, host = c["put"], (lambda t: jax.tree.map(np.asarray, t))
-    s, aux = host(_call("replay-start", (c["pp"], c["rr"]), c["start"]))
-    for k, lv in enumerate(c["levels"]):
-        if k:
-            if not np.any(s.status == SLOTS_FULL):
-                break
-            s, aux = widen_stack(s, aux, lv)
-        args = (c["pp"], put(aux[0]), put(aux[1]), c["kk"], jax.tree.map(put, s))
-        s = host(_call(c["advance"], args, c["run"]))
-    s, aux = _without_slots(s, aux)
-    return host(_call("replay-finish", (c["rr"], jax.tree.map(put, s), jax.tree.map(put, aux)), {}))
 
 
 def _without_slots(s, aux):
