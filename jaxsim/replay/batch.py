@@ -385,16 +385,17 @@ class _Group:
         return pp, rr, kk, put, split
 
     def specs(self):
+        """(name, arguments, statics) of every executable the group needs; arguments as the devices will see them."""
         levels, starts, fin = self._sizes()
         out = []
-        for (lv, last), size in levels.items():
+        for lv, size in starts.items():
+            pp, rr, *_ = self._args([0], size)
+            out.append(("replay-start", (pp, rr), self._start_statics(lv)))
+        for (lv, _), size in levels.items():
             pp, rr, kk, put, split = self._args([0], size)
             s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=self.timeline_len,
                                                                              shared_table=self.shared_table), pp, rr)
             sds = _abstract(split)
-            if lv in starts and not any(k == (lv, not last) for k in levels if k < (lv, last)):
-                spp, srr, *_ = self._args([0], starts[lv])
-                out.append(("replay-start", (spp, srr), self._start_statics(lv)))
             out.append((_advance_name(split), (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), self.run_statics))
         s_abs, aux_abs = _without_slots(s_abs, aux_abs)
         pp, rr, kk, put, split = self._args([0], fin)
@@ -414,7 +415,7 @@ class _Group:
         done: list = [None] * n  # (s, aux) of a finished item, slot arrays emptied
         at = [lv[0] for lv in self.levels]
         for (lv, last), size in levels.items():
-            new = [j for j in range(n) if self.levels[j][0] == lv and state[j] is None and done[j] is None]
+            new = [j for j in range(n) if at[j] == lv and state[j] is None and done[j] is None]  # starting here
             for lo in range(0, len(new), starts.get(lv, 1)):
                 sel = new[lo: lo + starts[lv]]
                 pp, rr, *_ = self._args(sel, starts[lv])
