@@ -18,9 +18,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from jaxsim._jax import compile_all, ensure_x64, executable_key, jit_x64
-from jaxsim.devices import batch_sharding, num_devices, replicated
+from jaxsim.devices import _mesh, batch_sharding, num_devices, replicated
 from jaxsim.errors import BindingError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
@@ -38,6 +39,7 @@ from jaxsim.replay.engine import (
     advance_stack,
     finish_stack,
     make_params,
+    param_axes,
     replay_stack,
     slot_bucket,
     start_stack,
@@ -71,11 +73,6 @@ finish_many = jit_x64(finish_stack)
 def advance_split(p: EngineParams, arr_sorted, n_acc, keys, s, *, stochastic: bool, shared_table: bool):
     """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
     device running its own loop over its own items (no cross-device step per pass)."""
-    from jax.sharding import PartitionSpec as P
-
-    from jaxsim.devices import _mesh
-    from jaxsim.replay.engine import param_axes
-
     items = P("batch")
     p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
     local = jax.shard_map(
@@ -369,36 +366,37 @@ class _Group:
         size = lambda n: _call_size(n, self.chunk)  # noqa: E731
         return ({k: size(n) for k, n in sorted(bound.items())}, {x: size(n) for x, n in starts.items()}, size(len(self.idx)))
 
-    def _args(self, sel, size: int):
+    def _args(self, sel, size: int, abstract: bool = False):
         """Parameters, requests and keys of items ``sel`` (positions in the group), padded to ``size``
-        with copies, placed on the devices; and the placement of per-item arrays."""
+        with copies, placed on the devices (``abstract``: their shapes and placements only); and the
+        placement of per-item arrays."""
         sel = np.resize(np.asarray(sel), size)
         split = num_devices() > 1 and size % num_devices() == 0  # items split over the devices, a shared table copied to each
-        put = (lambda x: jax.device_put(x, batch_sharding())) if split else (lambda x: x)
+        items, rep = (batch_sharding(), replicated()) if split else (None, None)
+        if abstract:
+            place = lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh or getattr(x, "sharding", None))  # noqa: E731
+        else:
+            place = (lambda x, sh: jax.device_put(x, sh)) if split else (lambda x, sh: x)
+        put = lambda x: place(x, items)  # noqa: E731
         pick = lambda x: x[sel]  # noqa: E731
-        pp = jax.tree.map(lambda x: x if id(x) in self.shared else pick(x), self.pp)
-        rr, kk = jax.tree.map(pick, self.rq), self.keys[sel]
-        if split:
-            rep = replicated()
-            pp = jax.tree.map(lambda x: jax.device_put(x, rep) if id(x) in self.shared else put(x), pp)
-            rr, kk = jax.tree.map(put, rr), put(kk)
-        return pp, rr, kk, put, split
+        pp = jax.tree.map(lambda x: place(x, rep) if id(x) in self.shared else put(pick(x)), self.pp)
+        return pp, jax.tree.map(lambda x: put(pick(x)), self.rq), put(self.keys[sel]), put, split
 
     def specs(self):
         """(name, arguments, statics) of every executable the group needs; arguments as the devices will see them."""
         levels, starts, fin = self._sizes()
         out = []
         for lv, size in starts.items():
-            pp, rr, *_ = self._args([0], size)
+            pp, rr, *_ = self._args([0], size, abstract=True)
             out.append(("replay-start", (pp, rr), self._start_statics(lv)))
         for (lv, _), size in levels.items():
-            pp, rr, kk, put, split = self._args([0], size)
+            pp, rr, kk, put, split = self._args([0], size, abstract=True)
             s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=self.timeline_len,
                                                                              shared_table=self.shared_table), pp, rr)
             sds = _abstract(split)
             out.append((_advance_name(split), (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), self.run_statics))
-        s_abs, aux_abs = _without_slots(s_abs, aux_abs)
-        pp, rr, kk, put, split = self._args([0], fin)
+        s_abs, aux_abs = widen_stack(s_abs, aux_abs, 0)
+        pp, rr, kk, put, split = self._args([0], fin, abstract=True)
         s_abs, aux_abs = jax.tree.map(lambda a: jax.ShapeDtypeStruct((fin,) + a.shape[1:], a.dtype), (s_abs, aux_abs))
         out.append(("replay-finish", (rr, jax.tree.map(_abstract(split), s_abs), jax.tree.map(_abstract(split), aux_abs)), {}))
         return out
@@ -435,7 +433,7 @@ class _Group:
                         at[j] = self.levels[j][self.levels[j].index(lv) + 1]
                         state[j] = widen_stack(sj, auxj, at[j])
                     else:
-                        state[j], done[j] = None, _without_slots(sj, auxj)
+                        state[j], done[j] = None, widen_stack(sj, auxj, 0)
                         finished += 1
                 if progress is not None and finished:
                     progress(finished)
@@ -459,13 +457,6 @@ def _abstract(split: bool):
 
 def _call(name: str, args, statics: dict):
     return _EXECUTABLES[executable_key(name, args, statics)](*args)
-
-
-def _without_slots(s, aux):
-    """The state and constants with the slot-sized arrays emptied (results never read them): one
-    finishing executable serves every capacity."""
-    empty = lambda a: np.zeros(a.shape[:-1] + (0,), a.dtype)  # noqa: E731
-    return eqx.tree_at(lambda t: (t.run, t.stk), s, (empty(s.run), empty(s.stk))), (empty(aux[0]), *aux[1:])
 
 
 def _split(n: int, replicas: int) -> list[np.ndarray]:

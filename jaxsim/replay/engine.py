@@ -536,7 +536,12 @@ def finish_stack(rq: Requests, s: _State, aux) -> ReplayResult:
 def widen_stack(s: _State, aux, slots: int):
     """Host-side (numpy): a stack's states and constants at ``slots`` (≥ the current) running-list slots;
     replays that ran out of slots (``SLOTS_FULL``) are running again. Nothing else changes, so a replay
-    continued this way is the replay run at ``slots`` from the start."""
+    continued this way is the replay run at ``slots`` from the start. ``slots=0`` empties the slot
+    arrays of finished replays (:func:`finish_stack` never reads them: one finishing executable serves
+    every capacity)."""
+    if slots == 0:  # shapes only are read: works on ShapeDtypeStructs too
+        empty = lambda a: np.zeros(a.shape[:-1] + (0,), a.dtype)  # noqa: E731
+        return eqx.tree_at(lambda t: (t.run, t.stk), s, (empty(s.run), empty(s.stk))), (empty(aux[0]), *aux[1:])
     n = s.ri.shape[-2] - 1
     pad = int(slots) - s.run.shape[-1]
     if pad < 0:
