@@ -361,7 +361,27 @@ class _Rows:
 def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str], dict[str, np.ndarray] | None]:
     """Column and row problems of ``table`` under ``sidecar``; also the parsed columns when usable."""
     policy = sidecar.get("measurement_policy")
-    sd_policy = policy == SD_POLICY
+    problems, c = _typed_columns(table, policy == SD_POLICY, where)
+    if c is None:
+        return problems, None
+    n = table.num_rows
+    c.setdefault("dcp", np.full(n, -1, dtype=np.int64))
+    if "kv_seed_regime" not in c:
+        c["kv_seed_regime"] = np.full(n, "", dtype=object)
+    rows = _Rows(where)
+    recorded = set(table.column_names)
+    _check_labels(rows, c, sidecar)
+    _check_coordinates(rows, c)
+    _check_seed_and_dcp(rows, c, sidecar, recorded)
+    _check_execution_identity(rows, c, policy)
+    _add_identity_strings(c)
+    _check_collisions(rows, c)
+    return rows.problems, c
+
+
+def _typed_columns(table: pa.Table, sd_policy: bool, where: Path) -> tuple[list[str], dict[str, np.ndarray] | None]:
+    """(problems, columns): every required column present, typed and null-free (``dcp`` nulls read -1);
+    the columns are None when there is any problem."""
     required = dict(REQUIRED_COLUMNS, **(SD_REQUIRED_COLUMNS if sd_policy else {}))
     problems: list[str] = []
     names = table.column_names
@@ -392,20 +412,11 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
             cols[col] = np.array([-1 if v is None else v for v in arr.to_pylist()], dtype=np.int64)
         else:
             cols[col] = _to_numpy(arr, kind)
-    if problems:
-        return problems, None
+    return (problems, None) if problems else (problems, cols)
 
-    n = table.num_rows
-    rows = _Rows(where)
-    c = cols
-    c.setdefault("dcp", np.full(n, -1, dtype=np.int64))
-    if "kv_seed_regime" not in c:
-        c["kv_seed_regime"] = np.full(n, "", dtype=object)
-    kind = c["workload_kind"]
-    decode = kind == "decode"
-    prefill = kind == "prefill"
-    b, t, k, lat = c["batch_size"], c["total_prefill_tokens"], c["total_kv_read_tokens"], c["latency_ms"]
 
+def _check_labels(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping) -> None:
+    """The strings naming where a row comes from and which phase it measures."""
     for key in ("system", "backend", "backend_version"):
         want = sidecar.get(key)
         if isinstance(want, str):
@@ -416,7 +427,14 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
         rows.flag(np.array([not s.strip() for s in c[key]], dtype=bool), key, f"{key} must be a non-empty string (\"auto\" or a pinned name)")
     rows.flag(c["partition_policy"] != PARTITION_POLICY, "partition_policy",
               lambda i: f"unsupported partition_policy={c['partition_policy'][i]!r} (expected {PARTITION_POLICY!r})")
-    rows.flag(~(decode | prefill), "workload_kind", lambda i: f"unknown workload_kind={kind[i]!r}")
+    kind = c["workload_kind"]
+    rows.flag(~((kind == "decode") | (kind == "prefill")), "workload_kind", lambda i: f"unknown workload_kind={kind[i]!r}")
+
+
+def _check_coordinates(rows: _Rows, c: dict[str, np.ndarray]) -> None:
+    """Parallel sizes, iteration totals (per phase) and latencies."""
+    decode, prefill = c["workload_kind"] == "decode", c["workload_kind"] == "prefill"
+    b, t, k, lat = c["batch_size"], c["total_prefill_tokens"], c["total_kv_read_tokens"], c["latency_ms"]
     for col in PARALLEL_COLUMNS:
         rows.flag(c[col] < 1, col, lambda i, col=col: f"must be >= 1 (got {c[col][i]})")
     rows.flag(b < 1, "batch_size", lambda i: f"must be >= 1 (got {b[i]})")
@@ -425,29 +443,41 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
     rows.flag(decode & (t != 0), "total_prefill_tokens", lambda i: f"decode point carrying prefill tokens ({t[i]})")
     rows.flag(prefill & (t == 0), "total_prefill_tokens", "prefill point with no prefill tokens (a prefill row must compute at least one token)")
     rows.flag(~np.isfinite(lat) | ~(lat > 0), "latency_ms", lambda i: f"non-finite/non-positive latency_ms={float(lat[i])!r}")
-    regime = c["kv_seed_regime"]
-    if "kv_seed_regime" in names:
+
+
+def _check_seed_and_dcp(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping, recorded: set[str]) -> None:
+    """The KV seed regime and decode context parallelism, where the table records them."""
+    regime, dcp = c["kv_seed_regime"], c["dcp"]
+    if "kv_seed_regime" in recorded:
         bad = np.array([r not in KV_SEED_REGIMES and not (r.startswith("skip:") and len(r) > 5) for r in regime], dtype=bool)
         rows.flag(bad, "kv_seed_regime", lambda i: f"unknown kv_seed_regime={regime[i]!r}")
-    dcp = c["dcp"]
-    if "dcp" in names:
+    if "dcp" in recorded:
         rows.flag((dcp != -1) & ((dcp < 1) | (c["tp"] % np.maximum(dcp, 1) != 0)), "dcp",
                   lambda i: f"recorded dcp={dcp[i]} must be >= 1 and divide tp={c['tp'][i]}")
     sel = sidecar.get("configuration_selector")
     if isinstance(sel, dict) and "dcp" in sel:
         rows.flag(dcp != sel["dcp"], "dcp", lambda i: f"dcp={None if dcp[i] == -1 else dcp[i]} disagrees with the sidecar configuration_selector dcp={sel['dcp']!r}")
 
-    # execution identity
-    ex = c["execution_profile"]
+
+def _selector_rows(rows: _Rows, ex: np.ndarray) -> np.ndarray:
+    """Which rows carry a speculative-round selector; a selector that is not canonical v1 is flagged."""
     is_selector = np.array([s.startswith("speculative_round") for s in ex], dtype=bool)
     cache: dict[str, str | None] = {}
-    sel_bad = np.zeros(n, dtype=bool)
+    sel_bad = np.zeros(ex.size, dtype=bool)
     for i in np.flatnonzero(is_selector):
         s = ex[i]
         if s not in cache:
             cache[s] = _selector_problem(s)
         sel_bad[i] = cache[s] is not None
     rows.flag(sel_bad, "execution_profile", lambda i: cache[ex[i]])
+    return is_selector
+
+
+def _check_execution_identity(rows: _Rows, c: dict[str, np.ndarray], policy: Any) -> None:
+    """Speculative-round rows and the native CUDA measurement policy imply each other, with that policy's
+    timing/reduction contract, pure-TP text execution and real-KV provenance for config-bound rows."""
+    sd_policy = policy == SD_POLICY
+    is_selector = _selector_rows(rows, c["execution_profile"])
     rows.flag(is_selector != sd_policy, "execution_profile",
               "speculative-round identity requires the native CUDA measurement policy, and vice versa")
     if "measurement_policy" in c:
@@ -467,13 +497,16 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
         | (c["engram_residency"] != "none") | (c["input_modality"] != "text")
     )
     rows.flag(sd_bad, "execution_profile", "speculative-round data requires vLLM pure TP, DP1/PP1/CP1 and text execution")
+    dcp, regime, kind = c["dcp"], c["kv_seed_regime"], c["workload_kind"]
     rows.flag(is_selector & (dcp != -1) & (dcp != 1), "dcp", "speculative-round data requires DCP1")
     config_bound = is_selector | (c["model_config_sha256"] != "")
-    needs_real = config_bound & (decode | (prefill & (k > 0)))
+    needs_real = config_bound & ((kind == "decode") | ((kind == "prefill") & (c["total_kv_read_tokens"] > 0)))
     rows.flag(needs_real & (regime != "real_kv"), "kv_seed_regime",
               lambda i: f"config-bound cached prefill/decode requires real_kv provenance (got {regime[i]!r})")
 
-    # identity strings, then coordinate collisions within one identity
+
+def _add_identity_strings(c: dict[str, np.ndarray]) -> None:
+    """``_id_<column>``: each identity column as the strings compared with a deployment's identity."""
     for col in IDENTITY_COLUMNS:
         v = c[col]
         if REQUIRED_COLUMNS[col] == "bool":
@@ -482,21 +515,25 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
             c[f"_id_{col}"] = np.array([str(x) for x in v.tolist()], dtype=object)
         else:
             c[f"_id_{col}"] = v
+
+
+def _check_collisions(rows: _Rows, c: dict[str, np.ndarray]) -> None:
+    """The first row measuring the same coordinates as an earlier row of its identity (never overwritten)."""
     first: dict[tuple, int] = {}
     id_cols = [c[f"_id_{col}"] for col in IDENTITY_COLUMNS]
-    mpath = c["model_path"]
-    bl, tl, kl, dl = b.tolist(), t.tolist(), k.tolist(), dcp.tolist()
-    for i in range(n):
+    mpath, kind = c["model_path"], c["workload_kind"]
+    bl, tl, kl = c["batch_size"].tolist(), c["total_prefill_tokens"].tolist(), c["total_kv_read_tokens"].tolist()
+    dl = c["dcp"].tolist()
+    for i in range(len(mpath)):
         key = (mpath[i], *(a[i] for a in id_cols), dl[i], kind[i], bl[i], tl[i], kl[i])
         j = first.setdefault(key, i)
         if j != i:
             rows.problems.append(
-                f"{where}: row {i}: batch_size/total_prefill_tokens/total_kv_read_tokens: FPM row {i} collides with "
+                f"{rows.where}: row {i}: batch_size/total_prefill_tokens/total_kv_read_tokens: FPM row {i} collides with "
                 f"row {j} at the same cell coordinates (phase={kind[i]!r}, batch_size={bl[i]}, "
                 f"total_prefill_tokens={tl[i]}, total_kv_read_tokens={kl[i]}); refusing to silently overwrite latencies"
             )
             break
-    return rows.problems, c
 
 
 # ----------------------------------------------------------------------------------------------------
