@@ -64,25 +64,98 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
     kv = np.asarray(kv, dtype=np.int64)
     lat = np.asarray(latency_ms, dtype=np.float64)
     if batch.size == 0:
-        return DecodeSupport(
-            kv_grid=np.zeros(1, np.int64),
-            row_of_batch=np.zeros(1, np.int32),
-            packed=np.full((1, 1), st.BATCH_OUT_OF_RANGE << 24, np.int32),
-            curve_batch=np.zeros(1, np.int64),
-            seg=np.zeros((1, 1, 2)),
-            curve_base_ms=np.zeros(1),
-        )
+        return _empty_decode()
     order = np.lexsort((kv, batch))
-    batch, kv, lat = batch[order], kv[order], lat[order]
+    cv = _decode_curves(batch[order], kv[order], lat[order])
+    rows: dict[bytes, int] = {}
+    row_tables = [np.full(cv.p_left.size, st.BATCH_OUT_OF_RANGE << 24, np.int32)]
+    rows[row_tables[0].tobytes()] = 0
+    row_of_batch = np.zeros(int(cv.batch[-1]) + 1, np.int32)
+    for b in range(1, row_of_batch.size):  # batches sharing the same decisions share one row
+        packed = _batch_row(cv, b)
+        key = packed.tobytes()
+        if key not in rows:
+            rows[key] = len(row_tables)
+            row_tables.append(packed)
+        row_of_batch[b] = rows[key]
+    return DecodeSupport(
+        kv_grid=cv.grid,
+        row_of_batch=row_of_batch,
+        packed=np.stack(row_tables),
+        curve_batch=cv.batch,
+        seg=cv.seg,
+        curve_base_ms=cv.base_ms,
+    )
+
+
+def _empty_decode() -> DecodeSupport:
+    """A table with no decode rows: every batch out of range."""
+    return DecodeSupport(
+        kv_grid=np.zeros(1, np.int64),
+        row_of_batch=np.zeros(1, np.int32),
+        packed=np.full((1, 1), st.BATCH_OUT_OF_RANGE << 24, np.int32),
+        curve_batch=np.zeros(1, np.int64),
+        seg=np.zeros((1, 1, 2)),
+        curve_base_ms=np.zeros(1),
+    )
+
+
+@dataclass(frozen=True)
+class _DecodeCurves:
+    """One decode table's batch curves (C, ascending batch) over its KV pieces (P = 2M-1), with the
+    per-piece coverage indexes every batch's decisions read."""
+
+    batch: np.ndarray  # int64 [C]: the measured batches
+    kv: np.ndarray  # int64 [N]: every row's total KV, sorted by (batch, kv)
+    starts: np.ndarray  # int64 [C]: first row of each curve in ``kv``
+    ends: np.ndarray  # int64 [C]: one past its last row
+    grid: np.ndarray  # int64 [M]: every measured KV value
+    p_left: np.ndarray  # int64 [P]: piece p is the point grid[p//2] (even p) or the open interval after it (odd p)
+    seg: np.ndarray  # float64 [C, M, 2]: latency at each grid point and slope after it (0 outside the curve)
+    base_ms: np.ndarray  # float64 [C]: lowest-KV latency of each curve
+    cov: np.ndarray  # bool [C, P]: curve c covers piece p
+    reg_first: np.ndarray  # int64 [C]: first curve of the curve's regime (run of +1 batch steps)
+    reg_last: np.ndarray  # int64 [C]: last curve of that regime
+    last_cov: np.ndarray  # int64 [C, P]: last covering curve index <= c (-1: none)
+    first_cov: np.ndarray  # int64 [C, P]: first covering curve index >= c (C: none)
+    count_le: np.ndarray  # int64 [C, P]: how many of curves 0..c cover p
+    cov_list: np.ndarray  # int64 [P, C+1]: the covering curves of p, ascending, then -1
+    log2: np.ndarray  # float64 [Bmax+1]: log2 of every batch up to the largest measured one
+    curve_log2: np.ndarray  # float64 [C]: log2 of each curve's batch
+
+
+def _decode_curves(batch: np.ndarray, kv: np.ndarray, lat: np.ndarray) -> _DecodeCurves:
+    """Curves, pieces and coverage indexes of rows sorted by (batch, kv)."""
     curves, starts = np.unique(batch, return_index=True)
     n_curves = curves.size
     if n_curves > _MAX_CURVES:
         raise TableError(f"decode table has {n_curves} batch curves; at most {_MAX_CURVES} supported")
     ends = np.append(starts[1:], batch.size)
     grid = np.unique(kv)
-    m = grid.size
-    n_pieces = 2 * m - 1
+    seg, cov, base, p_left = _curve_segments(kv, lat, starts, ends, grid)
+    reg_first, reg_last = _regime_bounds(curves)
+    # last covering index ≤ i and first covering index ≥ i, per piece; cumulative counts
+    idx_col = np.arange(n_curves)[:, None]
+    last_cov = np.maximum.accumulate(np.where(cov, idx_col, -1), axis=0)
+    first_cov = np.minimum.accumulate(np.where(cov, idx_col, n_curves)[::-1], axis=0)[::-1]
+    count_le = np.cumsum(cov, axis=0)  # number covering among curves[0..i]
+    cov_list = np.full((p_left.size, n_curves + 1), -1, np.int64)
+    for p in range(p_left.size):
+        w = np.nonzero(cov[:, p])[0]
+        cov_list[p, : w.size] = w
+    log2 = _log2_table(int(curves[-1]))
+    return _DecodeCurves(
+        batch=curves, kv=kv, starts=starts, ends=ends, grid=grid, p_left=p_left, seg=seg, base_ms=base, cov=cov,
+        reg_first=reg_first, reg_last=reg_last, last_cov=last_cov, first_cov=first_cov, count_le=count_le,
+        cov_list=cov_list, log2=log2, curve_log2=log2[curves],
+    )
 
+
+def _curve_segments(kv: np.ndarray, lat: np.ndarray, starts: np.ndarray, ends: np.ndarray, grid: np.ndarray):
+    """(seg, cov, base, p_left): each curve evaluated at every grid point by its own bracketing points,
+    which pieces it covers, its lowest-KV latency, and the left end of every piece."""
+    m = grid.size
+    n_curves, n_pieces = starts.size, 2 * m - 1
     seg = np.zeros((n_curves, m, 2))
     cov = np.zeros((n_curves, n_pieces), bool)
     base = np.zeros(n_curves)
@@ -101,93 +174,79 @@ def compile_decode(batch: np.ndarray, kv: np.ndarray, latency_ms: np.ndarray) ->
         slope = np.where(dx > 0, (ys[nxt] - ys[a]) / np.where(dx > 0, dx, 1.0), 0.0)
         seg[c, :, 0] = np.where(ok, ys[a] + slope * (grid - xs[a]), 0.0)
         seg[c, :, 1] = np.where(ok, slope, 0.0)
+    return seg, cov, base, p_left
 
-    # regimes: runs of measured batches separated by +1 steps
+
+def _regime_bounds(curves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and last curve index of each curve's regime: runs of measured batches separated by +1 steps."""
     regime = np.concatenate([[0], np.cumsum(np.diff(curves) == 1)])
-    reg_first = np.zeros(n_curves, np.int64)
-    reg_last = np.zeros(n_curves, np.int64)
+    reg_first = np.zeros(curves.size, np.int64)
+    reg_last = np.zeros(curves.size, np.int64)
     for r in np.unique(regime):
         idx = np.nonzero(regime == r)[0]
         reg_first[idx], reg_last[idx] = idx[0], idx[-1]
+    return reg_first, reg_last
 
-    # last covering index ≤ i and first covering index ≥ i, per piece; cumulative counts
-    idx_col = np.arange(n_curves)[:, None]
-    last_cov = np.maximum.accumulate(np.where(cov, idx_col, -1), axis=0)
-    first_cov = np.minimum.accumulate(np.where(cov, idx_col, n_curves)[::-1], axis=0)[::-1]
-    count_le = np.cumsum(cov, axis=0)  # number covering among curves[0..i]
-    cov_list = np.full((n_pieces, n_curves + 1), -1, np.int64)
-    for p in range(n_pieces):
-        w = np.nonzero(cov[:, p])[0]
-        cov_list[p, : w.size] = w
+
+def _batch_row(cv: _DecodeCurves, b: int) -> np.ndarray:
+    """Batch ``b``'s packed decisions, one per piece: curve pair (lo, hi) and status code."""
+    n_curves, n_pieces = cv.batch.size, cv.p_left.size
+    own = int(np.searchsorted(cv.batch, b))
+    measured = own < n_curves and cv.batch[own] == b
+    below = own - 1  # largest curve index with batch < b
+    above = own + 1 if measured else own  # smallest curve index with batch > b
+    code = np.full(n_pieces, st.BATCH_OUT_OF_RANGE, np.int64)
+    lo = np.zeros(n_pieces, np.int64)
+    hi = np.zeros(n_pieces, np.int64)
+    if measured or (below >= 0 and above < n_curves):
+        code, lo, hi = _bracket(cv, b, own if measured else below, below, above)
+        if measured:
+            own_cov = cv.cov[own]
+            exact = own_cov & (np.arange(n_pieces) % 2 == 0) & np.isin(cv.p_left, cv.kv[cv.starts[own] : cv.ends[own]])
+            code = np.where(own_cov, np.where(exact, st.EXACT, st.WITHIN_CURVE), code)
+            lo = np.where(own_cov, own, lo)
+            hi = np.where(own_cov, own, hi)
+    # pieces no curve covers at all
+    code = np.where(~cv.cov.any(axis=0), st.KV_OUT_OF_RANGE, code)
+    supported = code < st.FIRST_UNSUPPORTED
+    lo = np.where(supported, lo, 0)
+    hi = np.where(supported, hi, 0)
+    return (lo | (hi << _LO_BITS) | (code << 24)).astype(np.int32)
+
+
+def _bracket(cv: _DecodeCurves, b: int, reg: int, below: int, above: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(code, lo, hi) per piece for an unmeasured batch ``b`` (or a measured one off its own curve): the
+    nearest covering curves below and above it, refused when either is missing or outside regime ``reg``,
+    when either is more than a factor 4 away (log2 distance > 2), or when a 4th covering batch on one side
+    (same regime) is nearer than the bracket on the other (the 4-nearest rule)."""
+    n_curves, n_pieces = cv.batch.size, cv.p_left.size
     pieces = np.arange(n_pieces)
-
-    b_max = int(curves[-1])
-    log2 = _log2_table(b_max)
-    curve_log2 = log2[curves]
-    rows: dict[bytes, int] = {}
-    row_tables = [np.full(n_pieces, st.BATCH_OUT_OF_RANGE << 24, np.int32)]
-    rows[row_tables[0].tobytes()] = 0
-    row_of_batch = np.zeros(b_max + 1, np.int32)
-    for b in range(1, b_max + 1):
-        own = int(np.searchsorted(curves, b))
-        measured = own < n_curves and curves[own] == b
-        below = own - 1  # largest curve index with batch < b
-        above = own + 1 if measured else own  # smallest curve index with batch > b
-        code = np.full(n_pieces, st.BATCH_OUT_OF_RANGE, np.int64)
-        lo = np.zeros(n_pieces, np.int64)
-        hi = np.zeros(n_pieces, np.int64)
-        if measured or (below >= 0 and above < n_curves):
-            lb = log2[b]
-            reg = own if measured else below
-            r0, r1 = reg_first[reg], reg_last[reg]
-            none = np.full(n_pieces, -1, np.int64)
-            cand_lo = last_cov[below] if below >= 0 else none
-            cand_hi = first_cov[above] if above < n_curves else np.full(n_pieces, n_curves)
-            lo_c = np.clip(cand_lo, 0, n_curves - 1)
-            hi_c = np.clip(cand_hi, 0, n_curves - 1)
-            d_lo = lb - curve_log2[lo_c]
-            d_hi = curve_log2[hi_c] - lb
-            # the 4th covering batch on each side (same regime), for the 4-nearest rule
-            k4 = (count_le[below] if below >= 0 else np.zeros(n_pieces, np.int64)) - 4
-            c4_lo = np.where(k4 >= 0, cov_list[pieces, np.clip(k4, 0, None)], -1)
-            n_before = count_le[above - 1] if above >= 1 else np.zeros(n_pieces, np.int64)
-            c4_hi = cov_list[pieces, np.clip(n_before + 3, 0, n_curves)] if above < n_curves else none
-            c4_lo_ok = (c4_lo >= 0) & (c4_lo >= r0)
-            c4_hi_ok = (c4_hi >= 0) & (c4_hi <= r1)
-            d4_lo = lb - curve_log2[np.clip(c4_lo, 0, n_curves - 1)]
-            d4_hi = curve_log2[np.clip(c4_hi, 0, n_curves - 1)] - lb
-            not_nearest = (c4_lo_ok & (d4_lo < d_hi)) | (c4_hi_ok & (d4_hi < d_lo))
-            code = np.select(
-                [cand_lo < 0, cand_lo < r0, cand_hi >= n_curves, cand_hi > r1, (d_lo > 2.0) | (d_hi > 2.0), not_nearest],
-                [st.NO_LOWER_BRACKET, st.REGIME_LOWER, st.NO_UPPER_BRACKET, st.REGIME_UPPER, st.BATCH_RATIO, st.NOT_NEAREST],
-                st.CROSS_BATCH,
-            )
-            lo, hi = lo_c, hi_c
-            if measured:
-                own_cov = cov[own]
-                exact = own_cov & (pieces % 2 == 0) & np.isin(p_left, kv[starts[own] : ends[own]])
-                code = np.where(own_cov, np.where(exact, st.EXACT, st.WITHIN_CURVE), code)
-                lo = np.where(own_cov, own, lo)
-                hi = np.where(own_cov, own, hi)
-        # pieces no curve covers at all
-        code = np.where(~cov.any(axis=0), st.KV_OUT_OF_RANGE, code)
-        supported = code < st.FIRST_UNSUPPORTED
-        lo = np.where(supported, lo, 0)
-        hi = np.where(supported, hi, 0)
-        packed = (lo | (hi << _LO_BITS) | (code << 24)).astype(np.int32)
-        key = packed.tobytes()
-        if key not in rows:
-            rows[key] = len(row_tables)
-            row_tables.append(packed)
-        row_of_batch[b] = rows[key]
-    return DecodeSupport(
-        kv_grid=grid,
-        row_of_batch=row_of_batch,
-        packed=np.stack(row_tables),
-        curve_batch=curves,
-        seg=seg,
-        curve_base_ms=base,
+    curve_log2 = cv.curve_log2
+    lb = cv.log2[b]
+    r0, r1 = cv.reg_first[reg], cv.reg_last[reg]
+    none = np.full(n_pieces, -1, np.int64)
+    cand_lo = cv.last_cov[below] if below >= 0 else none
+    cand_hi = cv.first_cov[above] if above < n_curves else np.full(n_pieces, n_curves)
+    lo_c = np.clip(cand_lo, 0, n_curves - 1)
+    hi_c = np.clip(cand_hi, 0, n_curves - 1)
+    d_lo = lb - curve_log2[lo_c]
+    d_hi = curve_log2[hi_c] - lb
+    # the 4th covering batch on each side (same regime), for the 4-nearest rule
+    k4 = (cv.count_le[below] if below >= 0 else np.zeros(n_pieces, np.int64)) - 4
+    c4_lo = np.where(k4 >= 0, cv.cov_list[pieces, np.clip(k4, 0, None)], -1)
+    n_before = cv.count_le[above - 1] if above >= 1 else np.zeros(n_pieces, np.int64)
+    c4_hi = cv.cov_list[pieces, np.clip(n_before + 3, 0, n_curves)] if above < n_curves else none
+    c4_lo_ok = (c4_lo >= 0) & (c4_lo >= r0)
+    c4_hi_ok = (c4_hi >= 0) & (c4_hi <= r1)
+    d4_lo = lb - curve_log2[np.clip(c4_lo, 0, n_curves - 1)]
+    d4_hi = curve_log2[np.clip(c4_hi, 0, n_curves - 1)] - lb
+    not_nearest = (c4_lo_ok & (d4_lo < d_hi)) | (c4_hi_ok & (d4_hi < d_lo))
+    code = np.select(
+        [cand_lo < 0, cand_lo < r0, cand_hi >= n_curves, cand_hi > r1, (d_lo > 2.0) | (d_hi > 2.0), not_nearest],
+        [st.NO_LOWER_BRACKET, st.REGIME_LOWER, st.NO_UPPER_BRACKET, st.REGIME_UPPER, st.BATCH_RATIO, st.NOT_NEAREST],
+        st.CROSS_BATCH,
     )
+    return code, lo_c, hi_c
 
 
 # ---------------------------------------------------------------------------------------------------
