@@ -534,6 +534,42 @@ def kv_bytes_per_token_from_config(config: Mapping[str, Any], tp: int, kv_cache_
     return layers * per_rank * head_dim * 2 * elem
 
 
+@dataclass(frozen=True)
+class _IdentitySources:
+    """The parts of a Dynamo model card, vLLM metadata and HF config.json an identity is read from."""
+
+    card: Mapping[str, Any]  # the card's card_json (or the card itself)
+    runtime: Mapping[str, Any]  # card runtime_config
+    meta: Mapping[str, Any]  # vLLM metadata
+    eff: Mapping[str, Any]  # vLLM effective_config
+    req: Mapping[str, Any]  # vLLM requested deployment_config
+    hf: Mapping[str, Any]  # HF config.json
+    hf_name: str | None  # the HF config's file name (for notes)
+
+
+class _Picks:
+    """Fields picked so far: an option wins, then the first recorded candidate; notes say where a value
+    came from, and every field neither gives is listed once in ``missing``."""
+
+    def __init__(self, overrides: Mapping[str, Any]):
+        self.ov = {k: v for k, v in overrides.items() if v is not None}
+        self.out: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.missing: list[str] = []
+
+    def pick(self, name: str, *cands: tuple[str, Any], option: str | None = None, required: bool = True) -> None:
+        if name in self.ov:
+            self.out[name] = self.ov[name]
+            self.notes.append(f"{name} from --{(option or name).replace('_', '-')}")
+            return
+        for src, v in cands:
+            if v is not None and v != "":
+                self.out[name] = v
+                return
+        if required:
+            self.missing.append(f"--{(option or name).replace('_', '-')}")
+
+
 def resolve_identity(
     *,
     model_card: str | os.PathLike | None = None,
@@ -548,111 +584,130 @@ def resolve_identity(
     max_num_tokens, max_batch_size, max_model_len, context_length) win over the files; a value neither gives
     is a ProfileError naming the option to pass. ``model_revision`` is never invented.
     """
-    ov = {k: v for k, v in overrides.items() if v is not None}
+    src = _identity_sources(model_card, vllm_metadata, hf_config)
+    p = _Picks(overrides)
+    _pick_model(p, src)
+    _pick_topology(p, src)
+    _pick_precisions(p, src)
+    _pick_memory(p, src)
+    if p.missing:
+        raise ProfileError(f"{len(p.missing)} field(s) not recorded in the given files; pass: {', '.join(p.missing)}")
+    out = p.out
+    for name in ("tp", "context_length", "max_model_len", "num_experts", "kv_bytes_per_token", "kv_cache_tokens", "max_num_tokens", "max_batch_size"):
+        v = out[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "num_experts" else 1):
+            raise ProfileError(f"{name}: expected a positive integer (got {v!r})")
+    out["gpu_memory_utilization"] = float(out["gpu_memory_utilization"])
+    return LogIdentity(notes=tuple(p.notes), **out)
+
+
+def _identity_sources(model_card, vllm_metadata, hf_config) -> _IdentitySources:
     card_doc = _load_json(model_card, "model card")
     meta = _load_json(vllm_metadata, "vLLM metadata") or {}
     hf = _load_json(hf_config, "HF config") or {}
     card = (card_doc or {}).get("card_json", card_doc or {})
-    runtime = card.get("runtime_config") or {}
-    eff = meta.get("effective_config") or {}
-    req = (meta.get("requested") or {}).get("deployment_config") or {}
-    notes: list[str] = []
-    out: dict[str, Any] = {}
-    missing: list[str] = []  # every field neither the files nor the options give: reported at once
+    return _IdentitySources(
+        card=card,
+        runtime=card.get("runtime_config") or {},
+        meta=meta,
+        eff=meta.get("effective_config") or {},
+        req=(meta.get("requested") or {}).get("deployment_config") or {},
+        hf=hf,
+        hf_name=None if hf_config is None else Path(hf_config).name,
+    )
 
-    def pick(name: str, *cands: tuple[str, Any], option: str | None = None, required: bool = True):
-        if name in ov:
-            out[name] = ov[name]
-            notes.append(f"{name} from --{(option or name).replace('_', '-')}")
-            return
-        for src, v in cands:
-            if v is not None and v != "":
-                out[name] = v
-                return
-        if required:
-            missing.append(f"--{(option or name).replace('_', '-')}")
 
-    pick("model", ("card", card.get("source_path") or card.get("display_name")), ("metadata", req.get("model")))
+def _pick_model(p: _Picks, src: _IdentitySources) -> None:
+    """model and its pinned revision (never invented; a mutable reference is refused)."""
+    card, eff, req = src.card, src.eff, src.req
+    p.pick("model", ("card", card.get("source_path") or card.get("display_name")), ("metadata", req.get("model")))
     rev_cands = [eff.get("model_config.revision"), req.get("revision"), card.get("revision")]
     rev = next((r for r in rev_cands if isinstance(r, str) and r.strip()), None)
-    if "model_revision" in ov:
-        out["model_revision"] = ov["model_revision"]
+    if "model_revision" in p.ov:
+        p.out["model_revision"] = p.ov["model_revision"]
     elif rev is not None:
-        out["model_revision"] = rev
+        p.out["model_revision"] = rev
     else:
         pin = (((card.get("model_info") or {}).get("hf_config_json") or {}).get("checksum"))
         hint = f"; the model card pins only config.json content: {pin}" if pin else ""
-        missing.append(f"--model-revision (a pinned checkpoint revision, never invented{hint})")
-    if "model_revision" in out and str(out["model_revision"]).strip().lower() in MUTABLE_REFS:
-        raise ProfileError(f"model_revision: {out['model_revision']!r} is a mutable reference; pass a pinned revision")
+        p.missing.append(f"--model-revision (a pinned checkpoint revision, never invented{hint})")
+    if "model_revision" in p.out and str(p.out["model_revision"]).strip().lower() in MUTABLE_REFS:
+        raise ProfileError(f"model_revision: {p.out['model_revision']!r} is a mutable reference; pass a pinned revision")
+
+
+def _pick_topology(p: _Picks, src: _IdentitySources) -> None:
+    """architecture, system, vLLM version, TP (PP1 and no attention DP), context lengths and experts."""
+    card, eff, req, hf = src.card, src.eff, src.req, src.hf
     archs = hf.get("architectures") if isinstance(hf.get("architectures"), list) else None
-    pick("architecture", ("hf", archs[0] if archs else None))
-    pick("system", required=True)
-    pick("backend_version", ("metadata", eff.get("vllm_version")))
-    pick("tp", ("metadata", eff.get("parallel_config.tensor_parallel_size")), ("metadata", req.get("tensor_parallel_size")))
+    p.pick("architecture", ("hf", archs[0] if archs else None))
+    p.pick("system", required=True)
+    p.pick("backend_version", ("metadata", eff.get("vllm_version")))
+    p.pick("tp", ("metadata", eff.get("parallel_config.tensor_parallel_size")), ("metadata", req.get("tensor_parallel_size")))
     pp = eff.get("parallel_config.pipeline_parallel_size", 1)
     if pp not in (None, 1):
         raise ProfileError(f"vLLM metadata: pipeline_parallel_size={pp}; FPM profiles support PP1 only")
-    dp = runtime.get("data_parallel_size", 1)
+    dp = src.runtime.get("data_parallel_size", 1)
     if dp not in (None, 1):
         raise ProfileError(f"model card: data_parallel_size={dp}; attention-DP logs are not supported")
-    pick("context_length", ("card", card.get("context_length")), ("metadata", eff.get("model_config.max_model_len")),
-         ("hf", hf.get("max_position_embeddings")))
-    pick("max_model_len", ("metadata", eff.get("model_config.max_model_len")), ("card", card.get("context_length")))
+    p.pick("context_length", ("card", card.get("context_length")), ("metadata", eff.get("model_config.max_model_len")),
+           ("hf", hf.get("max_position_embeddings")))
+    p.pick("max_model_len", ("metadata", eff.get("model_config.max_model_len")), ("card", card.get("context_length")))
     n_exp = next((hf[k] for k in ("num_experts", "num_local_experts", "n_routed_experts") if isinstance(hf.get(k), int)), None)
-    pick("num_experts", ("hf", n_exp), ("dense", 0))
-    if "num_experts" not in ov and n_exp is None and not hf:
-        notes.append("num_experts 0 (dense) assumed: no HF config given")
+    p.pick("num_experts", ("hf", n_exp), ("dense", 0))
+    if "num_experts" not in p.ov and n_exp is None and not hf:
+        p.notes.append("num_experts 0 (dense) assumed: no HF config given")
+
+
+def _pick_precisions(p: _Picks, src: _IdentitySources) -> None:
+    """GEMM, KV cache, attention and communication precisions (MoE follows GEMM), each a known mode."""
+    eff, hf, out = src.eff, src.hf, p.out
     model_dtype = _dtype_name(eff.get("model_config.dtype")) or _dtype_name(hf.get("torch_dtype"))
     quant = eff.get("model_config.quantization") or (hf.get("quantization_config") or {}).get("quant_method")
     if isinstance(quant, str) and quant:
         gemm = "fp8" if "fp8" in quant.lower() else None
     else:
         gemm = model_dtype if model_dtype in GEMM_QUANT_MODES else None
-    pick("gemm_quant_mode", ("metadata", gemm))
+    p.pick("gemm_quant_mode", ("metadata", gemm))
     cache_dtype = eff.get("cache_config.cache_dtype")
     kv = model_dtype if cache_dtype in (None, "auto") else _dtype_name(cache_dtype)
-    pick("kv_cache_dtype", ("metadata", kv if kv in KV_CACHE_DTYPES else None))
-    pick("fmha_quant_mode", ("derived", "fp8" if out.get("kv_cache_dtype") == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None)))
-    pick("comm_quant_mode", ("default", "half"))
+    p.pick("kv_cache_dtype", ("metadata", kv if kv in KV_CACHE_DTYPES else None))
+    p.pick("fmha_quant_mode", ("derived", "fp8" if out.get("kv_cache_dtype") == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None)))
+    p.pick("comm_quant_mode", ("default", "half"))
     out["moe_quant_mode"] = out.get("gemm_quant_mode") if out.get("gemm_quant_mode") in MOE_QUANT_MODES else "bfloat16"
     for name, members in (("gemm_quant_mode", GEMM_QUANT_MODES), ("kv_cache_dtype", KV_CACHE_DTYPES),
                           ("fmha_quant_mode", FMHA_QUANT_MODES), ("comm_quant_mode", COMM_QUANT_MODES)):
         if name in out and out[name] not in members:
             raise ProfileError(f"{name}: {out[name]!r} is not one of {', '.join(members)}")
+
+
+def _pick_memory(p: _Picks, src: _IdentitySources) -> None:
+    """KV bytes per token, the runtime KV pool, GPU memory utilization and the scheduler's limits."""
+    card, runtime, eff, req, hf, ov, out = src.card, src.runtime, src.eff, src.req, src.hf, p.ov, p.out
     if "kv_bytes_per_token" in ov:
         out["kv_bytes_per_token"] = int(ov["kv_bytes_per_token"])
-        notes.append("kv_bytes_per_token from --kv-bytes-per-token")
+        p.notes.append("kv_bytes_per_token from --kv-bytes-per-token")
     elif hf and "tp" in out and "kv_cache_dtype" in out:
         out["kv_bytes_per_token"] = kv_bytes_per_token_from_config(hf, int(out["tp"]), out["kv_cache_dtype"])
-        notes.append(f"kv_bytes_per_token from {Path(hf_config).name} (layers x KV heads per rank x head_dim x 2 x bytes)")
+        p.notes.append(f"kv_bytes_per_token from {src.hf_name} (layers x KV heads per rank x head_dim x 2 x bytes)")
     elif not hf:
-        missing.append("--kv-bytes-per-token (or --hf-config to derive it)")
+        p.missing.append("--kv-bytes-per-token (or --hf-config to derive it)")
     blocks, block = runtime.get("total_kv_blocks"), card.get("kv_cache_block_size") or eff.get("cache_config.block_size")
     if "kv_cache_tokens" in ov:
         out["kv_cache_tokens"] = int(ov["kv_cache_tokens"])
     elif isinstance(blocks, int) and isinstance(block, int):
         out["kv_cache_tokens"] = blocks * block
-        notes.append(f"KV pool = {blocks} blocks x {block} tokens (model card runtime_config)")
+        p.notes.append(f"KV pool = {blocks} blocks x {block} tokens (model card runtime_config)")
     else:
-        missing.append("--kv-cache-tokens (the runtime KV pool; or a model card with total_kv_blocks and kv_cache_block_size)")
+        p.missing.append("--kv-cache-tokens (the runtime KV pool; or a model card with total_kv_blocks and kv_cache_block_size)")
     gmu = req.get("gpu_memory_utilization")
-    args = (meta.get("requested") or {}).get("engine_args") or []
+    args = (src.meta.get("requested") or {}).get("engine_args") or []
     if gmu is None and "--gpu-memory-utilization" in args:
         gmu = float(args[args.index("--gpu-memory-utilization") + 1])
-    pick("gpu_memory_utilization", ("metadata", gmu))
-    pick("max_num_tokens", ("card", runtime.get("max_num_batched_tokens")), ("metadata", eff.get("scheduler_config.max_num_batched_tokens")),
-         option="max_num_batched_tokens")
-    pick("max_batch_size", ("card", runtime.get("max_num_seqs")), ("metadata", eff.get("scheduler_config.max_num_seqs")),
-         option="max_num_seqs")
-    if missing:
-        raise ProfileError(f"{len(missing)} field(s) not recorded in the given files; pass: {', '.join(missing)}")
-    for name in ("tp", "context_length", "max_model_len", "num_experts", "kv_bytes_per_token", "kv_cache_tokens", "max_num_tokens", "max_batch_size"):
-        v = out[name]
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "num_experts" else 1):
-            raise ProfileError(f"{name}: expected a positive integer (got {v!r})")
-    out["gpu_memory_utilization"] = float(out["gpu_memory_utilization"])
-    return LogIdentity(notes=tuple(notes), **out)
+    p.pick("gpu_memory_utilization", ("metadata", gmu))
+    p.pick("max_num_tokens", ("card", runtime.get("max_num_batched_tokens")), ("metadata", eff.get("scheduler_config.max_num_batched_tokens")),
+           option="max_num_batched_tokens")
+    p.pick("max_batch_size", ("card", runtime.get("max_num_seqs")), ("metadata", eff.get("scheduler_config.max_num_seqs")),
+           option="max_num_seqs")
 
 
 # ----------------------------------------------------------------------------------------------------
