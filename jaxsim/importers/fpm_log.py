@@ -40,6 +40,7 @@ import numpy as np
 
 import jaxsim
 from jaxsim.errors import JaxsimError, ProfileError, TableError, read_text
+from jaxsim.fields import FieldReader, is_int
 from jaxsim.profile.model import (
     COMM_QUANT_MODES,
     FMHA_QUANT_MODES,
@@ -105,39 +106,11 @@ class FpmLog:
         return replace(self, segment=seg, **arrays)
 
 
+_FIELDS = FieldReader(TableError)  # log counts: integer literals >= 0
+
+
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _int_field(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        raise TableError(f"{where}: expected an integer, got a boolean")
-    if isinstance(value, int):
-        out = value
-    elif isinstance(value, float) and value.is_integer():
-        out = int(value)
-    elif isinstance(value, str):
-        try:
-            out = int(value.strip())
-        except ValueError:
-            raise TableError(f"{where}: expected an integer, got {value!r}") from None
-    else:
-        raise TableError(f"{where}: expected an integer, got {type(value).__name__}")
-    if out < 0:
-        raise TableError(f"{where}: must be >= 0 (got {out})")
-    return out
-
-
-def _float_field(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise TableError(f"{where}: expected a number, got a boolean")
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise TableError(f"{where}: expected a number, got {value!r}") from None
-    if not math.isfinite(out):
-        raise TableError(f"{where}: must be finite (got {value!r})")
-    return out
 
 
 def _read_csv(path: Path, text: str) -> tuple[dict[str, list], list[str], list[str]]:
@@ -153,11 +126,11 @@ def _read_csv(path: Path, text: str) -> tuple[dict[str, list], list[str], list[s
     for i, row in enumerate(reader):
         where = f"{path}: row {i + 1}"
         for c in LOG_COLUMNS:
-            cols[c].append(_int_field(row[c], f"{where}: {c}"))
+            cols[c].append(_FIELDS.integer(row[c], where, c))
         if "latency_ms" in header:
-            cols["latency_ms"].append(_float_field(row["latency_ms"], f"{where}: latency_ms"))
+            cols["latency_ms"].append(_FIELDS.number(row["latency_ms"], where, "latency_ms"))
         else:
-            cols["latency_ms"].append(1000.0 * _float_field(row["wall_time"], f"{where}: wall_time"))
+            cols["latency_ms"].append(1000.0 * _FIELDS.number(row["wall_time"], where, "wall_time"))
         streams.append(f"{row.get('worker_id', '')}/{row.get('dp_rank', '0')}")
         phases.append(row.get("phase"))
         segments.append(row.get("workload_segment", ""))
@@ -185,10 +158,10 @@ def _read_jsonl(path: Path, text: str) -> tuple[dict[str, list], list[str], list
             src, key = (obj, c) if c == "counter_id" else (sched, c)
             if key not in src:
                 raise TableError(f"{where}: {'scheduled_requests.' if src is sched else ''}{key}: field required")
-            cols[c].append(_int_field(src[key], f"{where}: {key}"))
+            cols[c].append(_FIELDS.integer(src[key], where, key))
         if "wall_time" not in obj:
             raise TableError(f"{where}: wall_time: field required (iteration duration in seconds)")
-        cols["latency_ms"].append(1000.0 * _float_field(obj["wall_time"], f"{where}: wall_time"))
+        cols["latency_ms"].append(1000.0 * _FIELDS.number(obj["wall_time"], where, "wall_time"))
         streams.append(f"{obj.get('worker_id', '')}/{obj.get('dp_rank', 0)}")
     cols["_segment"] = [""] * len(streams)
     return cols, streams, [None] * len(streams)
@@ -595,7 +568,7 @@ def resolve_identity(
     out = p.out
     for name in ("tp", "context_length", "max_model_len", "num_experts", "kv_bytes_per_token", "kv_cache_tokens", "max_num_tokens", "max_batch_size"):
         v = out[name]
-        if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "num_experts" else 1):
+        if not is_int(v) or v < (0 if name == "num_experts" else 1):
             raise ProfileError(f"{name}: expected a positive integer (got {v!r})")
     out["gpu_memory_utilization"] = float(out["gpu_memory_utilization"])
     return LogIdentity(notes=tuple(p.notes), **out)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from jaxsim.errors import ProfileError, TableError
+from jaxsim.fields import is_int
 from jaxsim.profile.model import SD_TIMING_SCOPE, SELECTOR_PREFIX, ExecutionProfile, HEX40, Deployment
 
 PARQUET_NAME = "fpm_forward_perf.parquet"
@@ -241,10 +242,6 @@ def _identity_problems(sidecar: Mapping, where: Path, system, backend, backend_v
     return out
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def check_sidecar(sidecar: Any, where: Path, *, num_rows: int | None, sha256: str | None) -> list[str]:
     """Problems with a parsed sidecar (``num_rows``/``sha256`` of the parquet when known)."""
     if not isinstance(sidecar, dict):
@@ -256,7 +253,7 @@ def check_sidecar(sidecar: Any, where: Path, *, num_rows: int | None, sha256: st
             out.append(f"{where}: {key}: {msg} (got {sidecar.get(key)!r})")
 
     need("schema_name", lambda v: v == SCHEMA_NAME, f"must be {SCHEMA_NAME!r}")
-    need("schema_version", lambda v: _is_int(v) and v in ACCEPTED_SCHEMA_VERSIONS, f"must be {SCHEMA_VERSION}")
+    need("schema_version", lambda v: is_int(v) and v in ACCEPTED_SCHEMA_VERSIONS, f"must be {SCHEMA_VERSION}")
     need("coordinate_system", lambda v: v == COORDINATE_SYSTEM, f"unsupported FPM coordinate_system (expected {COORDINATE_SYSTEM!r})")
     need("backend", lambda v: v == "vllm", "FPM tables are supported for backend 'vllm' only")
     need("measurement_policy", lambda v: v in SUPPORTED_POLICIES, "unsupported FPM measurement_policy for schema 7 backend 'vllm'")
@@ -265,8 +262,8 @@ def check_sidecar(sidecar: Any, where: Path, *, num_rows: int | None, sha256: st
         need("timing_scope", lambda v: v == SD_TIMING_SCOPE, f"native CUDA FPM sidecar requires timing_scope={SD_TIMING_SCOPE}")
     for key in ("system", "backend_version"):
         need(key, lambda v: isinstance(v, str) and v.strip() != "", "must be a non-empty string")
-    need("row_count", _is_int, "must be an integer")
-    if num_rows is not None and _is_int(sidecar.get("row_count")) and sidecar["row_count"] != num_rows:
+    need("row_count", is_int, "must be an integer")
+    if num_rows is not None and is_int(sidecar.get("row_count")) and sidecar["row_count"] != num_rows:
         out.append(f"{where}: row_count: FPM row_count mismatch: sidecar={sidecar['row_count']} actual={num_rows}")
     need("parquet_sha256", lambda v: isinstance(v, str), "must be a sha256 hex string")
     if sha256 is not None and isinstance(sidecar.get("parquet_sha256"), str) and sidecar["parquet_sha256"] != sha256:

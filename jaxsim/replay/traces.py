@@ -27,6 +27,7 @@ import pyarrow.json as pajson
 
 from jaxsim.rules import limits
 from jaxsim.errors import QueryError
+from jaxsim.fields import FieldReader
 from jaxsim.kernels.buckets import pow2_bucket
 
 __all__ = [
@@ -137,28 +138,7 @@ def make_trace(name: str, arrival_ms, input_tokens, output_tokens, *, source: st
 # file formats
 
 
-def _int_field(value, where: str, field: str) -> int:
-    if isinstance(value, bool):
-        raise QueryError(f"{where}: {field}={value!r} must be an integer")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise QueryError(f"{where}: {field}={value!r} must be an integer") from None
-    if not math.isfinite(f) or f != round(f):
-        raise QueryError(f"{where}: {field}={value!r} must be an integer")
-    return int(f)
-
-
-def _float_field(value, where: str, field: str) -> float:
-    if isinstance(value, bool):
-        raise QueryError(f"{where}: {field}={value!r} must be a number")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise QueryError(f"{where}: {field}={value!r} must be a number") from None
-    if not math.isfinite(f):
-        raise QueryError(f"{where}: {field}={value!r} must be finite")
-    return f
+_FIELDS = FieldReader(QueryError, strict=False)  # an integer field takes any integral number, as the fast path's float64 columns do
 
 
 _AZURE_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d+))?$")
@@ -272,8 +252,8 @@ def read_azure_csv(path: str | os.PathLike) -> Trace:
         for i, row in rows:
             where = f"{path}: row {i}"
             ns.append(_azure_ns(row["TIMESTAMP"], where))
-            inp.append(_int_field(row["ContextTokens"], where, "ContextTokens"))
-            out.append(_int_field(row["GeneratedTokens"], where, "GeneratedTokens"))
+            inp.append(_FIELDS.integer(row["ContextTokens"], where, "ContextTokens"))
+            out.append(_FIELDS.integer(row["GeneratedTokens"], where, "GeneratedTokens"))
         t0 = min(ns) if ns else 0
         cols = ([(t - t0) / 1e6 for t in ns], inp, out)
     return _trace(path, cols)
@@ -302,9 +282,9 @@ def _records(path: Path, rows, time_key: str, in_key: str, out_key: str) -> tupl
         for key in (time_key, in_key, out_key):
             if key not in obj or obj[key] in ("", None):
                 raise QueryError(f"{where}: missing field {key!r}")
-        arr.append(_float_field(obj[time_key], where, time_key))
-        inp.append(_int_field(obj[in_key], where, in_key))
-        out.append(_int_field(obj[out_key], where, out_key))
+        arr.append(_FIELDS.number(obj[time_key], where, time_key))
+        inp.append(_FIELDS.integer(obj[in_key], where, in_key))
+        out.append(_FIELDS.integer(obj[out_key], where, out_key))
     return arr, inp, out
 
 
