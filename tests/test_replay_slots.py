@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from jaxsim.kernels.acceptance import pad_rates
+from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.replay import batch
 from jaxsim.replay.batch import replay_batch, unstack
@@ -142,7 +142,7 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
         import test_replay_slots as t
         from jaxsim.replay import batch
         from jaxsim.replay.engine import make_params
-        from jaxsim.kernels.acceptance import pad_rates
+        from jaxsim.acceptance import pad_rates
         assert len(jax.devices()) == 2
         sd = t._synthetic_sd_table()
         params = [make_params(sd, max_num_batched_tokens=b, max_num_seqs=m, block_size=16, num_gpu_blocks=g, num_draft_tokens=k,

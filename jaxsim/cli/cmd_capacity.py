@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded
 
 CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.

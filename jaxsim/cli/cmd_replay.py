@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic
 from jaxsim.sla import SLA

@@ -4,8 +4,6 @@
 * :mod:`jaxsim.rules.binding`: a deployment config bound to a profile (exact identities, scheduler
   envelope, speculation, KV pool), every problem listed at once;
 * :mod:`jaxsim.rules.capacity`: the reference's capacity equality checks and KV-pool estimates;
-* :mod:`jaxsim.rules.acceptance`: speculative acceptance rates (lowering, checks, padding, tail product);
-* :mod:`jaxsim.rules.limits`: the ranges every number read from a file or the command line must lie in.
 
 Layers: profile I/O (:mod:`jaxsim.profile`) → these rules → compiled kernels (:mod:`jaxsim.kernels`) →
 sweep / replay → CLI. ``__all__`` is the public API, imported on first use.
@@ -20,7 +18,4 @@ __getattr__, __all__ = lazy_api("jaxsim.rules", {
                      "clear_caches"), "binding"),
     **dict.fromkeys(("CapacityRequest", "KvCacheEstimate", "capacity_problems", "block_size_problem", "non_kv_bytes",
                      "VLLM_DEFAULT_GPU_MEMORY_UTILIZATION"), "capacity"),
-    **dict.fromkeys(("MAX_DRAFT_TOKENS", "normalize_rates", "pad_rates", "rates_from_accepted", "tail_probabilities"),
-                    "acceptance"),
-    **dict.fromkeys(("Range", "check", "problem"), "limits"),
 })

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from jaxsim.rules import acceptance
-from jaxsim import systems
+from jaxsim import acceptance, systems
 from jaxsim.rules.capacity import (
     VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
     CapacityRequest,
@@ -339,27 +338,10 @@ def _acceptance_problems(cfg: DeploymentConfig) -> list[str]:
         a = cfg.accepted_tokens
         if not (math.isfinite(a) and 0.0 <= a <= cfg.nextn):
             out.append(f"accepted-range: accepted_tokens={a!r} must be finite and within [0, nextn={cfg.nextn}]")
-    if cfg.acceptance_preset is not None and _preset_rates(cfg.acceptance_preset) is None:
-        names = ", ".join(registry.list_acceptance_presets())
+    if cfg.acceptance_preset is not None and not acceptance.is_preset(cfg.acceptance_preset):
+        names = ", ".join(acceptance.preset_names())
         out.append(f"acceptance-preset: unknown acceptance_preset {cfg.acceptance_preset!r} (known: {names})")
     return out
-
-
-def _preset_rates(name: str) -> tuple[float, ...] | None:
-    try:
-        return tuple(float(x) for x in registry.acceptance_preset(name))
-    except (JaxsimError, KeyError, ValueError):
-        return None
-
-
-def _accept_rates5(cfg: DeploymentConfig) -> np.ndarray:
-    k = cfg.nextn
-    if k == 0:
-        return np.zeros(MAX_NEXTN)
-    if cfg.accepted_tokens is not None:
-        return acceptance.pad_rates(acceptance.rates_from_accepted(cfg.accepted_tokens, k))
-    rates = cfg.accept_rates if cfg.accept_rates is not None else _preset_rates(cfg.acceptance_preset or "")
-    return acceptance.pad_rates(acceptance.normalize_rates(rates or (), k))
 
 
 def _config_problems(cfg: DeploymentConfig) -> list[str]:
@@ -625,7 +607,8 @@ def bind(cfg: DeploymentConfig) -> Binding:
         config=cfg,
         roles=MappingProxyType(out),
         nextn=cfg.nextn,
-        accept_rates=_accept_rates5(cfg),
+        accept_rates=acceptance.config_rates(cfg.nextn, accept_rates=cfg.accept_rates, accepted_tokens=cfg.accepted_tokens,
+                                             preset=cfg.acceptance_preset),
         block_size=cfg.block_size,
         context_length=int(ctx),
         gpu_memory_bytes=int(total_gpu),

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
-from jaxsim.rules import limits
+from jaxsim import limits
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",

@@ -27,11 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxsim.rules import binding as bd
+from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
 from jaxsim.rules.config import config_from_dict
 from jaxsim.errors import BindingError, JaxsimError, QueryError
-from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES
@@ -79,9 +79,7 @@ class Acceptance:
     def config_fields(self) -> dict:
         """The deployment-config fields for this setting (a preset is resolved to its rates here)."""
         if self.kind == "preset":
-            from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
-
-            return {"accept_rates": [float(x) for x in get_preset(self.value).conditional_rates]}
+            return {"accept_rates": [float(x) for x in acc.get_preset(self.value).conditional_rates]}
         if self.kind == "accepted":
             return {"accepted_tokens": float(self.value)}
         return {"accept_rates": [float(x) for x in self.value]}
@@ -160,10 +158,8 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
             x = float(x)
         v = x
     if isinstance(v, str):
-        from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
-
         try:
-            get_preset(sc.Str().read(doc, v, path))
+            acc.get_preset(sc.Str().read(doc, v, path))
         except JaxsimError as e:
             if isinstance(e, SpecError):
                 raise
