@@ -15,6 +15,7 @@ from jaxsim.rules.config import config_from_dict
 from jaxsim.errors import BindingError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
+from jaxsim.profile import resolve
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 TABLES = GOLDENS / "tables"
@@ -359,9 +360,9 @@ def test_cache_loads_each_directory_once(tmp_path, monkeypatch):
     root = tmp_path / "p"
     shutil.copytree(TABLES / "ar_core", root)
     calls = []
-    real = bd.load_profile_dir
-    monkeypatch.setattr(bd, "load_profile_dir", lambda p: calls.append(p) or real(p))
-    monkeypatch.setattr(bd, "STAMP_TTL_S", 0.0)
+    real = resolve.load_profile_dir
+    monkeypatch.setattr(resolve, "load_profile_dir", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(resolve, "STAMP_TTL_S", 0.0)
     cfg = _cfg("ar_core", profile=str(root))
     for _ in range(20):
         assert bd.validate_config(cfg) == []

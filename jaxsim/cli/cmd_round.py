@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:
         from jaxsim.kernels.queries import evaluate_file
-        from jaxsim.kernels.tables import load_round_table, profile_data_source
+        from jaxsim.kernels.tables import load_round_table
+        from jaxsim.profile.resolve import profile_data_source
 
         refuse_overwrite(output, force, ("csv", "parquet"))
         if output.resolve() == queries.resolve():

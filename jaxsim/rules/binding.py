@@ -13,9 +13,6 @@ file stamps, deployment, DCP), so re-validating many configs over the same profi
 from __future__ import annotations
 
 import math
-import os
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -38,10 +35,10 @@ from jaxsim.rules.config import (
     DeploymentConfig,
     RoleConfig,
 )
-from jaxsim.data import registry
 from jaxsim.errors import BindingError, JaxsimError
-from jaxsim.profile import CellRows, Deployment, ProfileBundle, load_profile_dir
+from jaxsim.profile import CellRows, Deployment, ProfileBundle
 from jaxsim.profile.model import MAX_BYTES, UNSAFE_VERSION_LABELS
+from jaxsim.profile.resolve import cell_rows, load_bundle, resolve_profile_dir, select_deployment
 
 if TYPE_CHECKING:  # the compiled kernels are imported where a binding is built: validation needs no JAX
     from jaxsim.kernels.capacity import KvPool, PoolCapacity
@@ -159,134 +156,10 @@ class Binding:
         return self.roles["decode"]
 
 
-# ----------------------------------------------------------------------------------------------------
-# caches (exact identity)
-
-_LOCK = threading.RLock()
-_RESOLVED: dict[tuple[str, str | None], Path] = {}
-_BUNDLES: dict[str, tuple[tuple, float, ProfileBundle | str]] = {}
-_SELECTED: dict[tuple, Deployment | str] = {}
-_CELLS: dict[tuple, CellRows | str] = {}
-_TABLES: dict[tuple, RoundTable] = {}
-
-STAMP_TTL_S = 1.0
-"""A cached profile directory is re-stamped (mtime/size of its files) at most this often."""
-
-
-def clear_caches() -> None:
-    """Forget every cached profile directory, selection, cell and compiled table."""
-    with _LOCK:
-        for c in (_RESOLVED, _BUNDLES, _SELECTED, _CELLS, _TABLES):
-            c.clear()
-
-
-def _stamp(root: str) -> tuple:
-    out = []
-    for name in ("", "profile.json", "fpm_forward_perf.parquet", "fpm_forward_perf.metadata.json"):
-        try:
-            st = os.stat(os.path.join(root, name) if name else root)
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
-
-
-def resolve_profile_dir(name_or_path: str, base_dir: Path | None = None) -> Path:
-    """A directory (relative to ``base_dir``, then the working directory) or a bundled profile name."""
-    key = (name_or_path, base_dir)
-    hit = _RESOLVED.get(key)
-    if hit is not None:
-        return hit
-    p = Path(name_or_path).expanduser()
-    cands = [p] if p.is_absolute() else ([base_dir / p] if base_dir is not None else []) + [p]
-    found: Path | None = next((c for c in cands if c.exists()), None)
-    if found is None:
-        try:
-            found = Path(registry.resolve_profile(name_or_path))
-        except (JaxsimError, KeyError, FileNotFoundError):
-            found = None
-        if found is None:
-            names = ", ".join(registry.bundled_names())
-            raise BindingError(
-                f"profile-not-found: {name_or_path!r} is neither a profile directory nor a bundled profile "
-                f"(bundled: {names or 'none available'})"
-            )
-    found = found.resolve()
-    with _LOCK:
-        _RESOLVED[key] = found
-    return found
-
-
-def load_bundle(root: Path | str) -> ProfileBundle:
-    """Load (or reuse) a profile directory; raises the loader's one-line error.
-
-    Reuse is by exact path and file stamps (mtime, size), re-checked at most every ``STAMP_TTL_S``.
-    """
-    key = str(root)
-    now = time.monotonic()
-    hit = _BUNDLES.get(key)
-    if hit is not None and now - hit[1] < STAMP_TTL_S:
-        value = hit[2]
-    else:
-        stamp = _stamp(key)
-        if hit is not None and hit[0] == stamp:
-            value = hit[2]
-        else:
-            try:
-                value = load_profile_dir(key)
-            except JaxsimError as e:
-                value = " ".join(str(e).split())
-        with _LOCK:
-            _BUNDLES[key] = (stamp, now, value)
-    if isinstance(value, str):
-        raise BindingError(value)
-    return value
-
-
-def _select(bundle: ProfileBundle, system: str, backend: str, version: str | None, pt: tuple, role: str) -> Deployment:
-    key = (bundle, system, backend, version, pt, role)
-    hit = _SELECTED.get(key)
-    if hit is None:
-        try:
-            hit = bundle.profile.select(system, backend, version, tp=pt[0], pp=pt[1], dp=pt[2], moe_tp=pt[3],
-                                        moe_ep=pt[4], cp=pt[5], worker_type=role)
-        except JaxsimError as e:
-            hit = " ".join(str(e).split())
-        with _LOCK:
-            _SELECTED[key] = hit
-    if isinstance(hit, str):
-        raise BindingError(hit)
-    return hit
-
-
-def _cell(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> CellRows:
-    key = (bundle, dep, dcp)
-    with _LOCK:
-        hit = _CELLS.get(key)
-    if hit is None:
-        try:
-            hit = bundle.cell(dep, dcp=dcp)
-        except JaxsimError as e:
-            hit = " ".join(str(e).split())
-        with _LOCK:
-            _CELLS[key] = hit
-    if isinstance(hit, str):
-        raise BindingError(hit)
-    return hit
-
-
 def _round_table(bundle: ProfileBundle, dep: Deployment, dcp: int | None) -> RoundTable:
-    key = (bundle, dep, dcp)
-    with _LOCK:
-        hit = _TABLES.get(key)
-    if hit is None:
-        cell = _cell(bundle, dep, dcp)
-        from jaxsim.kernels.rounds import compile_round_table
+    from jaxsim.kernels.tables import round_table
 
-        hit = compile_round_table(cell, speculative=dep.is_speculative, num_draft_tokens=dep.num_draft_tokens)
-        with _LOCK:
-            _TABLES[key] = hit
-    return hit
+    return round_table(bundle, dep, dcp)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -420,7 +293,7 @@ def _role_problems(cfg: DeploymentConfig, r: _Role, total_gpu: int | None) -> li
         out.append(f"model-mismatch: model must equal the profile's model exactly (config {cfg.model!r}, profile {prof.model!r})")
     pt = role.parallel_tuple
     try:
-        dep = _select(r.bundle, cfg.system, cfg.backend, cfg.backend_version, pt, role.name)
+        dep = select_deployment(r.bundle, cfg.system, cfg.backend, cfg.backend_version, pt, role.name)
     except JaxsimError as e:
         if any(d.is_speculative for d in prof.deployments) and (pt[1:3] != (1, 1) or pt[4:] != (1, 1) or role.dcp is not None):
             out.append(f"sd-parallel: {SD_PARALLEL_MSG} ({where}: tp={pt[0]} pp={pt[1]} dp={pt[2]} moe_ep={pt[4]} cp={pt[5]} dcp={role.dcp})")
@@ -464,9 +337,9 @@ def _role_problems(cfg: DeploymentConfig, r: _Role, total_gpu: int | None) -> li
     if res.cache_layout == "grouped" and (cfg.mode == "disaggregated" or cfg.kv_offload):
         out.append(f"grouped-cache: grouped KV caches are aggregated-only and HBM-only ({where})")
     try:
-        r.cell = _cell(r.bundle, dep, role.dcp)
-    except BindingError as e:
-        out.append(f"no-cell: {where}: {e}")
+        r.cell = cell_rows(r.bundle, dep, role.dcp)
+    except JaxsimError as e:
+        out.append(f"no-cell: {where}: {' '.join(str(e).split())}")
     else:
         for phase in r.cell.missing_phases(role.name):
             out.append(f"cell-support: {where}: the matching FPM cell has no genuine {phase} measurements")

@@ -35,6 +35,7 @@ from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES
+from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
@@ -489,8 +490,8 @@ def _rule(problem: str) -> str:
 
 
 def _profile_deployments(ref: str, base: Path | None):
-    root = bd.resolve_profile_dir(ref, base)
-    return root, bd.load_bundle(root)
+    root = resolve_profile_dir(ref, base)
+    return root, load_bundle(root)
 
 
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
