@@ -22,7 +22,7 @@ from jaxsim.replay.batch import replay_batch, unstack
 from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
 from jaxsim.replay.traces import make_trace
 from jaxsim.replay.batch import config_from_binding
-from jaxsim.rules.binding import bind
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,7 @@ Examples:
 
 def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
     """Bind ``path`` and return the capacity report (JSON-ready)."""
-    from jaxsim.rules.binding import bind
+    from jaxsim.deploy.binding import bind
     from jaxsim.rules.config import load_config
     from jaxsim.kernels import status
 

@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         if sweep is not None:
             configs = configs_from_sweep(sweep)
         else:
-            from jaxsim.rules.binding import bind
+            from jaxsim.deploy.binding import bind
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]

@@ -4,7 +4,7 @@ A config names a model, a system, a backend version, a profile (bundled name or 
 ``aggregated`` role or a ``prefill`` + ``decode`` pair, each with its own parallelism, replica count,
 scheduler envelope and memory fraction. Parsing is strict: an unknown key or a wrong type raises a
 one-line :class:`~jaxsim.errors.BindingError` naming the file and the key path. Whether the config can be
-bound to a measured profile is decided by :mod:`jaxsim.rules.binding`, which lists every problem at once.
+bound to a measured profile is decided by :mod:`jaxsim.rules.validate`, which lists every problem at once.
 
 Example (``configs/deployment_aggregated.toml``)::
 

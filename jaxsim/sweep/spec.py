@@ -6,8 +6,8 @@ concurrency and workloads, plus an SLA and a GPU budget (format: ``docs/sweep.md
 example: ``configs/quickstart.toml``).
 
 :func:`plan_sweep` validates every distinct *binding* (profile deployment × mode × nextn × acceptance ×
-scheduler envelope) once, in plain Python, through :func:`jaxsim.rules.binding.validate_config` /
-:func:`jaxsim.rules.binding.bind`. Invalid bindings are counted with their reasons. The valid ones form the
+scheduler envelope) once, in plain Python, through :func:`jaxsim.rules.validate.validate_config` /
+:func:`jaxsim.deploy.binding.bind`. Invalid bindings are counted with their reasons. The valid ones form the
 outer digit of a mixed-radix index (binding, concurrency, workload); :meth:`SweepPlan.inputs` decodes a
 range of config indices into arrays without creating a Python object per config.
 """
@@ -26,11 +26,12 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim.rules import binding as bd
 from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import config_from_dict
+from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
@@ -636,7 +637,7 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
 
 
 def _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt, refuse, what):
-    """Validate one binding with jaxsim.rules.binding; (Binding, GPUs per serving unit) or None (refused)."""
+    """Validate one binding with jaxsim.rules.validate; (Binding, GPUs per serving unit) or None (refused)."""
     gpus = tp if mode == "aggregated" else (x + y) * tp
     if spec.gpu_budget is not None and gpus > spec.gpu_budget:
         refuse(f"gpu-budget: one serving unit needs {gpus} GPUs, more than the budget of {spec.gpu_budget}", what)
@@ -665,11 +666,11 @@ def _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt,
         obj["kv_transfer_gbps"] = spec.kv_transfer_gbps
     try:
         cfg = config_from_dict(obj, source=f"{spec.source} [{what}]")
-        problems = bd.validate_config(cfg)
+        problems = validate_config(cfg)
         if problems:
             refuse(problems[0], what)
             return None
-        return bd.bind(cfg), gpus
+        return bind(cfg), gpus
     except (JaxsimError, ValueError, QueryError) as e:
         refuse(str(e), what)
         return None
