@@ -5,7 +5,7 @@ the call site; validation happens before (:mod:`jaxsim.rules`), results carry st
   arrays (:class:`RoundTable`) and the decode / prefill / mixed / scheduler-pass lookups;
 * :mod:`jaxsim.kernels.tables`: the one cache of compiled profile cells (bundle, deployment, DCP → table);
 * :mod:`jaxsim.kernels.batched`: kernels over host query columns (padded, chunked, sharded);
-* :mod:`jaxsim.kernels.queries`: round-timing query files (CSV/parquet, read by pyarrow) through the kernels;
+* :mod:`jaxsim.kernels.queries`: validated round-timing queries (:mod:`jaxsim.query_files`) through the kernels;
 * :mod:`jaxsim.kernels.capacity`: KV pool bytes → tokens → blocks → concurrency, KV transfer time;
 * :mod:`jaxsim.kernels.acceptance`: speculative acceptance (expected tokens per round, sampled bursts);
 * :mod:`jaxsim.kernels.status`: the one status registry (codes, names, explanations, severity);
@@ -26,5 +26,4 @@ __getattr__, __all__ = lazy_api("jaxsim.kernels", {
                      "blocks_for", "request_blocks", "max_concurrency"), "capacity"),
     **dict.fromkeys(("expected_tokens_per_round", "sample_burst"), "acceptance"),
     "pow2_bucket": "buckets",
-    **dict.fromkeys(("QueryBatch", "read_queries", "evaluate_file"), "queries"),
 })
