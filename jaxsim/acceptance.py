@@ -29,8 +29,8 @@ import numpy as np
 from jaxsim.errors import InputError, JaxsimError, QueryError
 
 __all__ = [
-    "MAX_DRAFT_TOKENS", "AcceptancePreset", "conditional_rates", "config_rates", "get_preset", "is_preset",
-    "list_presets", "normalize_rates", "pad_rates", "preset_names", "preset_rates", "rates_from_accepted", "tail_probabilities",
+    "MAX_DRAFT_TOKENS", "AcceptancePreset", "conditional_rates", "config_rates", "get_preset", "is_preset", "list_presets",
+    "normalize_rates", "pad_rates", "preset_names", "preset_rates", "rates_from_accepted", "tail_probabilities",
 ]
 
 MAX_DRAFT_TOKENS = 5

@@ -195,7 +195,8 @@ def plain_text(table: pa.Table) -> pa.Table:
 
 
 def open_writer(tmp: Path, output: Path, schema: pa.Schema):
-    """A streaming writer of ``schema`` into ``tmp``: parquet (lz4, text columns dictionary-encoded) or CSV by ``output``'s extension."""
+    """A streaming writer of ``schema`` into ``tmp``, parquet (lz4, text columns dictionary-encoded) or CSV
+    by ``output``'s extension."""
     if is_parquet(output):
         text = [f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
         return pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=text, write_statistics=False)

@@ -38,7 +38,9 @@ def result_table(q: QueryBatch, lat: np.ndarray, code: np.ndarray, data_source: 
     return out
 
 
-def evaluate_file(table: RoundTable, queries: str | Path, output: str | Path, *, data_source: str | None = None) -> tuple[int, int]:
+def evaluate_file(
+    table: RoundTable, queries: str | Path, output: str | Path, *, data_source: str | None = None
+) -> tuple[int, int]:
     """Stream ``queries`` through the kernels into ``output`` (CSV or parquet by extension).
 
     ``data_source`` (the profile's: measured, derived, modelled, calibrated) becomes a column of every row.

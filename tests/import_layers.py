@@ -68,7 +68,10 @@ def _imported(module: str, is_package: bool, tree: ast.AST, known) -> tuple[set[
         else:
             continue
         for n in names:
-            (ours if n == "jaxsim" or n.startswith("jaxsim.") else others).add(n if n.startswith("jaxsim") else n.split(".")[0])
+            if n == "jaxsim" or n.startswith("jaxsim."):
+                ours.add(n)
+            else:
+                others.add(n.split(".")[0])
     return ours, others
 
 

@@ -1,5 +1,6 @@
-"""Import layers: every jaxsim module imports only its own or lower layers (tests/import_layers.py holds the
-table: profile I/O → rules → kernels → deploy → sweep / replay → CLI), and validation needs no kernels and no JAX."""
+"""Import layers: every jaxsim module imports only its own or lower layers (the table is in
+tests/import_layers.py: profile I/O → rules → kernels → deploy → sweep / replay → CLI), and validation (rules)
+reaches no kernels and no JAX."""
 
 from __future__ import annotations
 

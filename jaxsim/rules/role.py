@@ -61,7 +61,8 @@ def resolve_role(cfg: DeploymentConfig, role: RoleConfig, total_gpu_bytes: int |
         bundle = load_bundle(root)
     except BindingError as e:
         msg = str(e)
-        return ResolvedRole(role, root, profile_problem=msg if msg.startswith("profile-not-found") else f"profile-invalid: {where}: {msg}")
+        problem = msg if msg.startswith("profile-not-found") else f"profile-invalid: {where}: {msg}"
+        return ResolvedRole(role, root, profile_problem=problem)
     try:
         dep = select_deployment(bundle, cfg.system, cfg.backend, cfg.backend_version, role.parallel_tuple, role.name)
     except JaxsimError as e:
@@ -75,7 +76,8 @@ def resolve_role(cfg: DeploymentConfig, role: RoleConfig, total_gpu_bytes: int |
     return ResolvedRole(role, root, bundle, dep, cell, request, cell_error=cell_error)
 
 
-def capacity_request(cfg: DeploymentConfig, role: RoleConfig, dep: Deployment, total_gpu_bytes: int | None) -> CapacityRequest | None:
+def capacity_request(cfg: DeploymentConfig, role: RoleConfig, dep: Deployment,
+                     total_gpu_bytes: int | None) -> CapacityRequest | None:
     """What the role asks of the deployment's KV pool: the role's scheduler envelope and memory fraction,
     else the recorded ones (vLLM's default fraction without a recorded runtime); None without GPU memory."""
     if total_gpu_bytes is None:
