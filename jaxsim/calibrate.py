@@ -66,7 +66,9 @@ from jaxsim.importers.fpm_log import (
     read_fpm_log,
     table_columns,
 )
+from jaxsim.profile.directory import ProfileBundle
 from jaxsim.profile.model import Deployment, ModelProfile, RuntimeMemory
+from jaxsim.profile.resolve import cell_rows, load_bundle
 from jaxsim.profile.table import CellRows
 
 PHASES = (DECODE, PREFILL, MIXED)
@@ -384,6 +386,15 @@ def _compile(cell):
     return rounds.compile_round_table(cell)
 
 
+def _profile_table(bundle: ProfileBundle, dep: Deployment):
+    """The deployment's compiled table (from the one cache, :func:`jaxsim.kernels.tables.round_table`), priced as
+    plain forward passes: a log records engine iterations, not speculative rounds."""
+    from jaxsim.kernels import rounds, tables
+
+    t = tables.round_table(bundle, dep)
+    return rounds.pad_round_table(t, rounds.table_shapes(t), speculative=False, num_draft_tokens=0) if t.speculative else t
+
+
 def price(table, log: FpmLog) -> tuple[np.ndarray, np.ndarray]:
     """(latency_ms, supported) of every pass of ``log`` on a compiled table."""
     from jaxsim.kernels import rounds, status
@@ -479,11 +490,12 @@ def select_decode_model(pos: np.ndarray, x: np.ndarray, y: np.ndarray, keys: np.
     return deg, -r, table
 
 
-def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig) -> tuple[Correction, Correction, dict]:
-    """Fit the decode then the prefill correction on the training passes of ``log``."""
+def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig, *, base=None) -> tuple[Correction, Correction, dict]:
+    """Fit the decode then the prefill correction on the training passes of ``log`` (``base``: ``rows``
+    compiled, when the caller has them)."""
     kind = log.kind
     meas = log.latency_ms
-    base = _compile(rows)
+    base = _compile(rows) if base is None else base
     pred, ok = price(base, log)
     good = train & ok & (meas > 0) & (pred > 0)
     # the importer's robust rules (stalls beyond 5 robust deviations, mis-split admission steps) drop samples first
@@ -598,24 +610,22 @@ def calibrate(
     config: CalibrationConfig = CalibrationConfig(),
 ) -> Calibration:
     """Fit and score a calibration (nothing is written; see :func:`write_calibration`)."""
-    from jaxsim.rules.binding import load_bundle
-
     bundle = load_bundle(Path(profile_dir))
     log, facts = read_log(log_path, model_card=model_card, vllm_metadata=vllm_metadata)
     dep = match_deployment(bundle.profile, facts, tp=tp, where=f"profile {bundle.root}", model=model)
-    cell = bundle.cell(dep)
+    cell = cell_rows(bundle, dep)
     rows = cell
     kind = log.kind
     if not np.any(kind == DECODE) and not np.any(kind == PREFILL):
         raise TableError(f"{facts.source}: no decode-only or prefill-only pass to calibrate against")
     train = time_split(len(log), window=config.window, train_fraction=config.train_fraction)
-    base = _compile(rows)
+    base = _profile_table(bundle, dep)
     _, ok = price(base, log)
     if not np.any(ok & train & (kind == DECODE)) and not np.any(ok & train & (kind == PREFILL)):
         raise TableError(
             f"{facts.source}: no training pass of the log lies inside profile {bundle.root}'s support; nothing to calibrate against"
         )
-    dec, pre, info = fit(rows, log, train, config)
+    dec, pre, info = fit(rows, log, train, config, base=base)
     corrected, mono = apply_corrections(rows, dec, pre)
     info.update(mono)
     info["source_data"] = _source_data_label(bundle)

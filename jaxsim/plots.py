@@ -18,11 +18,10 @@ from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; en
 from jaxsim.errors import JaxsimError, QueryError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.batched import prefill_grid, support_grid
+from jaxsim.kernels.rounds import RoundTable
+from jaxsim.kernels.tables import round_table
+from jaxsim.profile.resolve import cell_rows, choose_deployment, load_bundle, resolve_profile_dir
 from jaxsim.sweep.frontier import pareto_mask
-from jaxsim.kernels.rounds import (
-    RoundTable,
-    compile_round_table,
-)
 
 MISSING_MATPLOTLIB = "matplotlib is not installed: pip install -e '.[plot]' (in the jaxsim checkout)"
 
@@ -106,13 +105,10 @@ class ProfileView:
 
 def load_view(profile: str | os.PathLike, **want) -> ProfileView:
     """Load a profile (directory or bundled name) and select one deployment (``tp=``, ``role=``, ...)."""
-    from jaxsim.kernels.tables import choose_deployment
-    from jaxsim.rules.binding import load_bundle, resolve_profile_dir
-
     bundle = load_bundle(resolve_profile_dir(str(profile)))
     d = choose_deployment(bundle, **want)
-    cell = bundle.cell(d)
-    table = compile_round_table(cell, speculative=d.is_speculative, num_draft_tokens=d.num_draft_tokens)
+    cell = cell_rows(bundle, d)
+    table = round_table(bundle, d)
     name = Path(str(profile)).name
     kind = f"speculative round K={d.num_draft_tokens}" if d.is_speculative else "autoregressive"
     label = f"{name} · {bundle.profile.model} · {d.system} TP{d.tp} · {kind}"

@@ -3,7 +3,7 @@
 A document is read against a tree of declarations: a :class:`Table` maps field names to :class:`Field`
 declarations whose types (:class:`Int`, :class:`Num`, :class:`Str`, :class:`Bool`, :class:`Literal`,
 :class:`Array`, :class:`Axis`, nested :class:`Table`, or a :class:`Custom` reader) state the type, the
-range (directly or as a :mod:`jaxsim.rules.limits` key), and whether the field is required or what it defaults
+range (directly or as a :mod:`jaxsim.limits` key), and whether the field is required or what it defaults
 to. Reading checks, in declaration order, unknown keys, then each field, and returns plain values
 (optionally built into the module's frozen dataclass by ``make``); the first mistake raises one line
 naming the file and the field path, e.g. ``config.toml: roles.decode.max_num_seqs: must be ...``.
@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.errors import JaxsimError
 
 __all__ = [

@@ -41,9 +41,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from jaxsim import plots
-from jaxsim.data.acceptance import list_presets, preset_rates
+from jaxsim.acceptance import MAX_DRAFT_TOKENS, list_presets, pad_rates, preset_rates, rates_from_accepted
 from jaxsim.kernels import status as st
-from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, expected_tokens_per_round, pad_rates, rates_from_accepted
+from jaxsim.kernels.acceptance import expected_tokens_per_round
 from jaxsim.kernels.batched import decode_points
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))

@@ -34,7 +34,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from jaxsim import plots
-from jaxsim.rules.binding import bind
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import parse_config_text
 from jaxsim.replay import load_trace
 from jaxsim.replay.batch import config_from_binding, run_replays

@@ -79,7 +79,7 @@ def main() -> None:
             med, lo = timed(lambda: load_trace(p), args.repeat)
             print(f"{f'trace {n:,} rows ({p.suffix[1:]})':<48} {med:9.4f} {lo:8.4f}")
 
-    from jaxsim.kernels.queries import read_queries
+    from jaxsim.query_files import read_queries
 
     with tempfile.TemporaryDirectory() as tmp:
         table = query_table(args.rows)

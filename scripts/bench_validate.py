@@ -15,7 +15,7 @@ import random
 import time
 from pathlib import Path
 
-from jaxsim.rules.binding import validate_config
+from jaxsim.rules.validate import validate_config
 from jaxsim.rules.config import RoleConfig, config_from_dict
 
 TABLES = Path(__file__).resolve().parent.parent / "tests" / "goldens" / "public" / "tables"

@@ -91,15 +91,16 @@ json.dump(out, open(sys.argv[2], "w"))
 
 def jaxsim_side(table_dir: Path, q: dict):
     """(load decision, latency, status, clamp binds) from the code `jaxsim round` runs."""
-    from jaxsim.kernels import queries
     from jaxsim.errors import JaxsimError
+    from jaxsim.kernels import queries
+    from jaxsim.query_files import QueryBatch
     from jaxsim.kernels.tables import load_round_table
 
     try:
         table, _ = load_round_table(table_dir)
     except JaxsimError as e:
         return "refused: " + str(e), None, None, None
-    batch = queries.QueryBatch(None, q["kind"], q["batch"], q["prefill_tokens"], q["kv_read"], q["decode_requests"], q["decode_kv"])
+    batch = QueryBatch(None, q["kind"], q["batch"], q["prefill_tokens"], q["kv_read"], q["decode_requests"], q["decode_kv"])
     lat, code = queries.evaluate(table, batch)
     return "accepted", lat, code, _clamp_binds(table, q, code)
 

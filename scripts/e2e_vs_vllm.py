@@ -33,9 +33,9 @@ sys.path.insert(0, str(REPO))
 
 import jax  # noqa: E402
 
-from jaxsim.rules.binding import load_bundle, resolve_profile_dir  # noqa: E402
 from jaxsim.importers.fpm_log import read_fpm_log  # noqa: E402
 from jaxsim.kernels import rounds  # noqa: E402
+from jaxsim.profile.resolve import load_bundle, resolve_profile_dir  # noqa: E402
 from jaxsim.replay.engine import make_params, replay_jit, slot_bucket, status_name  # noqa: E402
 from jaxsim.replay.metrics import timeline_table  # noqa: E402
 from jaxsim.replay.traces import make_trace  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxsim.kernels.acceptance import pad_rates, rates_from_accepted
+from jaxsim.acceptance import pad_rates, rates_from_accepted
 from jaxsim.kernels.capacity import kv_blocks, kv_tokens
 from jaxsim.kernels.rounds import compile_round_table, decode_batch, prefill_batch
 from jaxsim.profile import load_profile_dir

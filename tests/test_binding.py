@@ -10,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jaxsim.rules import binding as bd
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import config_from_dict
+from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
+from jaxsim.profile import resolve
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 TABLES = GOLDENS / "tables"
@@ -89,12 +91,12 @@ def test_reference_rejection_is_refused(case):
     folder = GOLDENS / "rejections" / case["id"]
     engine = json.loads((folder / "binding.json").read_text())["engine_config"]
     cfg = config_from_dict(engine_to_jaxsim(engine, folder), source=f"{case['id']}.toml")
-    problems = bd.validate_config(cfg)
+    problems = validate_config(cfg)
     assert all("\n" not in p for p in problems)
     if case["stage"] == "query":
         # The binding is valid; the query itself is refused by the compiled kernels.
         assert problems == []
-        b = bd.bind(cfg)
+        b = bind(cfg)
         assert b.aggregated.is_speculative and b.aggregated.table.speculative
         q = case["changes"][-1]
         if q["kind"] == "mixed":
@@ -109,7 +111,7 @@ def test_reference_rejection_is_refused(case):
         # profile/rows/sidecar variants: the profile directory does not load, or its cell does not match
         assert rules & {"profile-invalid", "no-cell", "no-deployment", "nextn-range"}, problems
     with pytest.raises(BindingError) as ei:
-        bd.bind(cfg)
+        bind(cfg)
     msg = str(ei.value)
     assert msg.startswith(f"{case['id']}.toml: ") and "\n" not in msg
 
@@ -117,8 +119,8 @@ def test_reference_rejection_is_refused(case):
 @pytest.mark.parametrize("table", sorted(LOOKUPS))
 def test_valid_golden_profiles_bind(table):
     cfg = config_from_dict(engine_to_jaxsim(LOOKUPS[table]["aisimulate_config"] | {"fpm_profile": None}, TABLES / table))
-    assert bd.validate_config(cfg) == []
-    b = bd.bind(cfg)
+    assert validate_config(cfg) == []
+    b = bind(cfg)
     role = b.aggregated
     k = LOOKUPS[table]["num_draft_tokens"] or 0
     assert role.num_draft_tokens == k and role.table.speculative == (k > 0) and role.table.num_draft_tokens == k
@@ -148,11 +150,11 @@ def _cfg(table="sd_k3", **over):
 
 
 def _rules(cfg) -> list[str]:
-    return [p.split(":", 1)[0] for p in bd.validate_config(cfg)]
+    return [p.split(":", 1)[0] for p in validate_config(cfg)]
 
 
 def _only(cfg, rule) -> str:
-    problems = bd.validate_config(cfg)
+    problems = validate_config(cfg)
     assert [p.split(":", 1)[0] for p in problems] == [rule], problems
     return problems[0]
 
@@ -211,7 +213,7 @@ def test_backend_version_literal_and_backend():
 def test_overrides():
     _only(_cfg(overrides={"fmha_quant_mode": "float16"}), "fmha-override")
     _only(_cfg(overrides={"fmha_quant_mode": "fp8"}), "override-mismatch")
-    assert bd.validate_config(_cfg(overrides={"fmha_quant_mode": "bfloat16", "kv_cache_dtype": "bfloat16"})) == []
+    assert validate_config(_cfg(overrides={"fmha_quant_mode": "bfloat16", "kv_cache_dtype": "bfloat16"})) == []
     for key, value in [("moe_backend", "triton"), ("enable_eplb", True), ("wideep_num_slots", 8), ("moe_kernel_source", "x")]:
         msg = _only(_cfg(overrides={key: value}), "unsupported-override")
         assert f"overrides.{key}" in msg
@@ -238,11 +240,11 @@ def test_acceptance_requires_nextn():
 
 
 def test_acceptance_lowering_and_padding():
-    b = bd.bind(_cfg(accepted_tokens=1.5))
+    b = bind(_cfg(accepted_tokens=1.5))
     np.testing.assert_array_equal(b.accept_rates, [1.0, 0.5, 0.0, 0.0, 0.0])
-    b = bd.bind(_cfg(accepted_tokens=None, accept_rates=[0.9, 0.6]))
+    b = bind(_cfg(accepted_tokens=None, accept_rates=[0.9, 0.6]))
     np.testing.assert_array_equal(b.accept_rates, [0.9, 0.6, 0.0, 0.0, 0.0])
-    np.testing.assert_array_equal(bd.bind(_cfg("ar_core")).accept_rates, np.zeros(5))
+    np.testing.assert_array_equal(bind(_cfg("ar_core")).accept_rates, np.zeros(5))
 
 
 def test_capacity_rules_through_config():
@@ -255,7 +257,7 @@ def test_capacity_rules_through_config():
     assert "block-size" in _rules(_cfg(block_size=0))
     assert "tolerance" in _rules(_cfg(tolerance_fraction=1.0))
     ok = _cfg(roles={"aggregated": {"gpu_memory_utilization": 0.88, "max_num_seqs": 32, "max_num_batched_tokens": 8192}})
-    assert bd.validate_config(ok) == []
+    assert validate_config(ok) == []
 
 
 def test_unknown_system_needs_gpu_memory_and_link():
@@ -267,7 +269,7 @@ def test_unknown_system_needs_gpu_memory_and_link():
 
 
 def test_all_problems_listed():
-    problems = bd.validate_config(_cfg(nextn=2, method="sol", kv_offload=True, block_size=0))
+    problems = validate_config(_cfg(nextn=2, method="sol", kv_offload=True, block_size=0))
     rules = [p.split(":", 1)[0] for p in problems]
     assert {"sd-nextn", "estimator-policy", "kv-offload", "block-size"} <= set(rules)
     assert len(rules) == len(set(problems))
@@ -286,7 +288,7 @@ def test_relative_profile_resolves_against_config_dir(tmp_path):
     )
     from jaxsim.rules.config import load_config
 
-    b = bd.bind(load_config(tmp_path / "d.toml"))
+    b = bind(load_config(tmp_path / "d.toml"))
     assert b.aggregated.profile_dir == (tmp_path / "prof").resolve()
 
 
@@ -311,11 +313,11 @@ def _role_profile(tmp_path: Path, table: str) -> Path:
 def test_selection_by_role(tmp_path):
     root = _role_profile(tmp_path, "sd_k3")
     pd = _cfg(profile=str(root), mode="disaggregated", roles={"prefill": {}, "decode": {}})
-    b = bd.bind(pd)
+    b = bind(pd)
     assert b.prefill.deployment.worker_type == "prefill" and b.prefill.max_num_seqs == 8
     assert b.decode.deployment.worker_type == "decode" and b.decode.max_num_seqs == 32
     assert b.kv_transfer_bytes_per_s == 50e9  # h200_sxm inter-node bandwidth from the spec sheet
-    assert bd.bind(dataclasses.replace(pd, kv_transfer_gbps=25.0)).kv_transfer_bytes_per_s == 25e9
+    assert bind(dataclasses.replace(pd, kv_transfer_gbps=25.0)).kv_transfer_bytes_per_s == 25e9
     agg = _cfg(profile=str(root))
     msg = _only(agg, "no-deployment")
     assert "worker_type=aggregated" in msg
@@ -342,12 +344,12 @@ def test_pd_role_without_execution_binding():
     pd = _cfg(mode="disaggregated", roles={"prefill": {"profile": str(TABLES / "ar_core")}, "decode": {}})
     rules = _rules(pd)
     assert "execution-binding" in rules and "ar-nextn" not in rules
-    msg = next(p for p in bd.validate_config(pd) if p.startswith("execution-binding"))
+    msg = next(p for p in validate_config(pd) if p.startswith("execution-binding"))
     assert "roles.prefill" in msg
 
 
 def test_pd_same_profile_binds_both_roles():
-    b = bd.bind(_cfg(mode="disaggregated", roles={"prefill": {"replicas": 2}, "decode": {}}))
+    b = bind(_cfg(mode="disaggregated", roles={"prefill": {"replicas": 2}, "decode": {}}))
     assert b.prefill.replicas == 2 and b.decode.table is b.prefill.table
 
 
@@ -359,17 +361,17 @@ def test_cache_loads_each_directory_once(tmp_path, monkeypatch):
     root = tmp_path / "p"
     shutil.copytree(TABLES / "ar_core", root)
     calls = []
-    real = bd.load_profile_dir
-    monkeypatch.setattr(bd, "load_profile_dir", lambda p: calls.append(p) or real(p))
-    monkeypatch.setattr(bd, "STAMP_TTL_S", 0.0)
+    real = resolve.load_profile_dir
+    monkeypatch.setattr(resolve, "load_profile_dir", lambda p: calls.append(p) or real(p))
+    monkeypatch.setattr(resolve, "STAMP_TTL_S", 0.0)
     cfg = _cfg("ar_core", profile=str(root))
     for _ in range(20):
-        assert bd.validate_config(cfg) == []
-    t1 = bd.bind(cfg).aggregated.table
+        assert validate_config(cfg) == []
+    t1 = bind(cfg).aggregated.table
     assert len(calls) == 1
-    assert bd.bind(cfg).aggregated.table is t1
+    assert bind(cfg).aggregated.table is t1
     obj = json.loads((root / "profile.json").read_text())
     obj["deployments"][0]["resources"]["max_batch_size"] = 63
     (root / "profile.json").write_text(json.dumps(obj))
-    assert _rules(cfg) == [] and bd.bind(cfg).aggregated.max_num_seqs == 63
+    assert _rules(cfg) == [] and bind(cfg).aggregated.max_num_seqs == 63
     assert len(calls) == 2

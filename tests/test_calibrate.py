@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from jaxsim import calibrate as C
 from jaxsim.accuracy import time_split
-from jaxsim.rules.binding import load_bundle, resolve_profile_dir
 from jaxsim.cli.main import app
 from jaxsim.importers.fpm_log import write_profile_dir
 from jaxsim.profile.directory import validate_profile_dir
+from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.profile.table import read_table
 
 EXCERPT = Path(__file__).parent / "data" / "fpm_qwen3_32b_tp1_excerpt"

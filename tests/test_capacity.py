@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxsim.kernels import capacity as cap
+from jaxsim.rules.capacity import CapacityRequest, block_size_problem, capacity_problems
 from jaxsim.profile import ModelProfile, Resources
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
@@ -34,9 +35,9 @@ def _profile_for(case) -> ModelProfile:
     return ModelProfile.from_dict(obj, source=f"capacity:{case['id']}")
 
 
-def _request(case) -> cap.CapacityRequest:
+def _request(case) -> CapacityRequest:
     q = case["request"]
-    return cap.CapacityRequest(
+    return CapacityRequest(
         total_gpu_bytes=q["total_gpu_bytes"],
         memory_fraction_kind=q["memory_fraction_kind"],
         memory_fraction_value=q["memory_fraction_value"],
@@ -60,7 +61,7 @@ def test_capacity_golden(case):
     prof = _profile_for(case)
     dep = prof.deployments[0]
     req = _request(case)
-    problems = cap.capacity_problems(dep.resources, prof.context_length, req, num_draft_tokens=dep.num_draft_tokens)
+    problems = capacity_problems(dep.resources, prof.context_length, req, num_draft_tokens=dep.num_draft_tokens)
     want = case["result"]
     if want["status"] == "refused":
         assert problems, f"reference refused: {want['error']}"
@@ -81,16 +82,16 @@ def test_capacity_golden(case):
         assert est.tolerance_kv_size_tokens == tol["total_kv_size_tokens"]
     if want["status"] == "refused_blocks_only":
         assert est.num_gpu_blocks is None and est.blocks_problem and "block_size" in est.blocks_problem
-        assert cap.block_size_problem(req.block_size)
+        assert block_size_problem(req.block_size)
     else:
         assert est.num_gpu_blocks == want["num_gpu_blocks"]
-        assert cap.block_size_problem(req.block_size) is None
+        assert block_size_problem(req.block_size) is None
 
 
 def _refusal_rule(case) -> str:
     prof = _profile_for(case)
     dep = prof.deployments[0]
-    problems = cap.capacity_problems(dep.resources, prof.context_length, _request(case), num_draft_tokens=dep.num_draft_tokens)
+    problems = capacity_problems(dep.resources, prof.context_length, _request(case), num_draft_tokens=dep.num_draft_tokens)
     return problems[0].split(":", 1)[0]
 
 
@@ -123,9 +124,9 @@ def test_budget_boundary_is_exact():
     prof = _profile_for(case)
     res = prof.deployments[0].resources
     req = _request(case)
-    assert cap.capacity_problems(res, prof.context_length, req) == []
-    smaller = cap.CapacityRequest(**{**req.__dict__, "total_gpu_bytes": req.total_gpu_bytes - 1})
-    assert any(p.startswith("gpu-budget") for p in cap.capacity_problems(res, prof.context_length, smaller))
+    assert capacity_problems(res, prof.context_length, req) == []
+    smaller = CapacityRequest(**{**req.__dict__, "total_gpu_bytes": req.total_gpu_bytes - 1})
+    assert any(p.startswith("gpu-budget") for p in capacity_problems(res, prof.context_length, smaller))
 
 
 def _declared_resources(**over) -> Resources:
@@ -147,16 +148,16 @@ def _declared_resources(**over) -> Resources:
 def test_declared_memory_path_reference_example():
     """141e9 · 0.9 − 19 GiB = 106,498,905,344 B → 722,241 tokens (reference §4.2)."""
     res = _declared_resources()
-    req = cap.CapacityRequest(total_gpu_bytes=141_000_000_000, memory_fraction_value=0.9, max_num_tokens=4096, max_batch_size=64)
-    assert cap.capacity_problems(res, 32768, req) == []
+    req = CapacityRequest(total_gpu_bytes=141_000_000_000, memory_fraction_value=0.9, max_num_tokens=4096, max_batch_size=64)
+    assert capacity_problems(res, 32768, req) == []
     est = cap.estimate_kv_cache(res, 32768, req)
     assert est.total_kv_size_bytes == 106_498_905_344
     assert est.total_kv_size_tokens == 722_241
     assert est.source == "declared"
-    over = cap.CapacityRequest(total_gpu_bytes=141_000_000_000, memory_fraction_value=0.9, max_num_tokens=8193, max_batch_size=64)
-    assert any(p.startswith("scheduler-envelope") for p in cap.capacity_problems(res, 32768, over))
-    starved = cap.CapacityRequest(total_gpu_bytes=20 * 2**30, memory_fraction_value=0.9, max_num_tokens=8192, max_batch_size=64)
-    assert any(p.startswith("no-kv-budget") for p in cap.capacity_problems(res, 32768, starved))
+    over = CapacityRequest(total_gpu_bytes=141_000_000_000, memory_fraction_value=0.9, max_num_tokens=8193, max_batch_size=64)
+    assert any(p.startswith("scheduler-envelope") for p in capacity_problems(res, 32768, over))
+    starved = CapacityRequest(total_gpu_bytes=20 * 2**30, memory_fraction_value=0.9, max_num_tokens=8192, max_batch_size=64)
+    assert any(p.startswith("no-kv-budget") for p in capacity_problems(res, 32768, starved))
 
 
 def test_declared_budget_rounds_before_subtracting():
@@ -165,7 +166,7 @@ def test_declared_budget_rounds_before_subtracting():
     budget = gpu * frac
     assert budget == 2_312_684_132.0  # exact product is slightly below; a fused FMA would floor to 999
     res = _declared_resources(weights_bytes=2_312_683_132, activations_bytes=0, runtime_overhead_bytes=0)
-    req = cap.CapacityRequest(total_gpu_bytes=gpu, memory_fraction_value=frac, max_num_tokens=8192, max_batch_size=64)
+    req = CapacityRequest(total_gpu_bytes=gpu, memory_fraction_value=frac, max_num_tokens=8192, max_batch_size=64)
     assert cap.estimate_kv_cache(res, 32768, req).total_kv_size_bytes == math.floor(budget - 2_312_683_132) == 1000
     many = jax.jit(jax.vmap(cap.declared_kv_bytes))(
         cap.gpu_budget_bytes(np.full(3, gpu), np.full(3, frac)), np.full(3, 2_312_683_132), np.zeros(3, np.int64)
@@ -178,8 +179,8 @@ def test_pending_memory_refused():
         {"cache_layout": "linear", "max_num_tokens": 8, "max_batch_size": 8, "provenance": "t", "kv_bytes_per_token": 8},
         "test", "resources",
     )
-    req = cap.CapacityRequest(total_gpu_bytes=10**9, memory_fraction_value=0.9, max_num_tokens=8, max_batch_size=8)
-    assert cap.capacity_problems(res, 1024, req)[0].startswith("memory-pending")
+    req = CapacityRequest(total_gpu_bytes=10**9, memory_fraction_value=0.9, max_num_tokens=8, max_batch_size=8)
+    assert capacity_problems(res, 1024, req)[0].startswith("memory-pending")
 
 
 def test_grouped_window_pages_reference_example():
@@ -200,11 +201,11 @@ def test_grouped_window_pages_reference_example():
         },
         "test", "resources",
     )
-    req = cap.CapacityRequest(total_gpu_bytes=10**11, memory_fraction_value=0.9, max_num_tokens=8192, max_batch_size=64)
+    req = CapacityRequest(total_gpu_bytes=10**11, memory_fraction_value=0.9, max_num_tokens=8192, max_batch_size=64)
     est = cap.estimate_kv_cache(res, 32768, req)
     assert est.request_peak_cache_bytes == 2048 * 1000 + 769 * 10
     assert est.total_kv_size_tokens is None and est.num_gpu_blocks is None
-    sd = cap.capacity_problems(res, 32768, cap.CapacityRequest(**{**req.__dict__, "nextn": 2}), num_draft_tokens=2)
+    sd = capacity_problems(res, 32768, CapacityRequest(**{**req.__dict__, "nextn": 2}), num_draft_tokens=2)
     assert any(p.startswith("grouped-cache") for p in sd)
     pool = cap.make_pool(res, 10**10, block_size=16)
     out = cap.pool_capacity_jit(pool, np.int64(1000), np.int64(24))

@@ -55,12 +55,12 @@ def test_jaxsim_debug_keeps_the_traceback(monkeypatch, exc):
 
 
 def _break_binding(monkeypatch):
-    import jaxsim.rules.binding
+    import jaxsim.deploy.binding
 
     def broken(*a, **k):
         raise ValueError("an internal invariant broke")
 
-    monkeypatch.setattr(jaxsim.rules.binding, "bind", broken)
+    monkeypatch.setattr(jaxsim.deploy.binding, "bind", broken)
 
 
 def test_an_internal_error_in_a_command_exits_70_with_the_bug_line(monkeypatch):
@@ -85,11 +85,11 @@ def test_debug_flag_shows_the_traceback(monkeypatch):
 
 def test_a_user_error_in_a_command_stays_exit_2(monkeypatch, tmp_path):
     monkeypatch.delenv("JAXSIM_DEBUG", raising=False)
-    import jaxsim.rules.binding
+    import jaxsim.deploy.binding
 
     def refused(*a, **k):
         raise BindingError("cfg.toml: roles.decode.tp=3 is not a measured identity")
 
-    monkeypatch.setattr(jaxsim.rules.binding, "bind", refused)
+    monkeypatch.setattr(jaxsim.deploy.binding, "bind", refused)
     r = runner.invoke(app, ["capacity", str(ROOT / "configs" / "deployment_aggregated.toml")])
     assert r.exit_code == 2 and r.stderr.strip() == "error: cfg.toml: roles.decode.tp=3 is not a measured identity"

@@ -204,7 +204,7 @@ def test_cli_replay_bounds_checked_before_work(golden_setup, tmp_path, args, msg
 def test_sweep_replay_gives_the_prefill_pool_its_own_max_num_seqs(tmp_path):
     """replay --sweep builds a disaggregated deployment like a replay of its config: the prefill pool
     keeps the prefill role's max_num_seqs (the sweep's max_num_seqs axis sets the decode role's)."""
-    from jaxsim.rules.binding import bind
+    from jaxsim.deploy.binding import bind
     from jaxsim.cli.cmd_replay import configs_from_sweep
     from jaxsim.rules.config import config_from_dict
     from jaxsim.data.registry import profiles_root

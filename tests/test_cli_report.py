@@ -45,7 +45,7 @@ def test_replay_table_is_not_cut_when_piped(tmp_path):
 def test_profiles_presets_lists_acceptance_presets():
     import json
 
-    from jaxsim.data.acceptance import list_presets
+    from jaxsim.acceptance import list_presets
 
     r = runner.invoke(app, ["profiles", "presets"])
     assert r.exit_code == 0 and all(p.name in r.stdout for p in list_presets())

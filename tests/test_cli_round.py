@@ -130,7 +130,7 @@ def test_round_real_subprocess(tmp_path):
 
 
 def test_streamed_batches_keep_row_numbers_and_leave_nothing_on_error(tmp_path, monkeypatch):
-    import jaxsim.kernels.queries as Q
+    import jaxsim.round_queries as Q
 
     monkeypatch.setattr(Q, "CHUNK", 4)  # force several streamed batches
     rows = _golden_queries("ar_core", 6)
@@ -155,12 +155,12 @@ def test_unreadable_row_past_the_first_block_is_named(tmp_path):
     """pyarrow reads query files in 8 MiB blocks with types inferred from the first; a bad value in a later
     block fails the read without a row number, so the row is located and named."""
     from jaxsim.errors import QueryError
-    from jaxsim.kernels.queries import _batches
+    from jaxsim.query_files import stream_queries
 
     n = 700_000  # > 8 MiB of rows
     p = tmp_path / "q.csv"
     p.write_text("workload_kind,batch_size,total_prefill_tokens,total_kv_read_tokens\n" + "decode,1,0,5\n" * n + "decode,1,0,x\n")
     with pytest.raises(QueryError) as e:
-        for _ in _batches(p, 1 << 18):
+        for _ in stream_queries(p, 1 << 18):
             pass
     assert str(e.value) == f"{p}: row {n + 1}: column total_kv_read_tokens must hold integers (found 'x')"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxsim.data import registry
-from jaxsim.rules import binding as bd
+from jaxsim.rules.validate import validate_config
 from jaxsim.rules.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
 from jaxsim.errors import BindingError
 
@@ -147,7 +147,7 @@ def test_examples_exist():
 def test_example_configs_parse_and_validate(path):
     cfg = load_config(path)
     assert cfg.model and cfg.backend_version
-    problems = bd.validate_config(cfg)
+    problems = validate_config(cfg)
     bundled = set(registry.bundled_names())
     names = {r.profile or cfg.profile for r in cfg.roles}
     if names <= bundled:

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from jaxsim.kernels import queries
+from jaxsim import query_files
 from jaxsim.cli.main import app
+from jaxsim.kernels import queries
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.tables import load_round_table
@@ -47,7 +48,7 @@ def test_answers_match_reference(case):
     ref = json.loads((CASES / case / "reference.json").read_text())
     profile, want = _profile(case)
     table, _ = load_round_table(profile, **want)
-    q = queries.read_queries(CASES / case / "queries.csv")
+    q = query_files.read_queries(CASES / case / "queries.csv")
     lat, code = queries.evaluate(table, q)
     assert len(ref["answers"]) == lat.size
     for a, got, c in zip(ref["answers"], lat, code):
@@ -76,13 +77,13 @@ def test_mixed_is_clamped_where_decode_dips_below_its_baseline():
 
 def test_degenerate_statuses_are_distinct():
     table, _ = load_round_table(CASES / "F3-zero-new-prefill-tokens" / "table")
-    q = queries.read_queries(CASES / "F3-zero-new-prefill-tokens" / "queries.csv")
+    q = query_files.read_queries(CASES / "F3-zero-new-prefill-tokens" / "queries.csv")
     _, code = queries.evaluate(table, q)
     names = [st.name(int(c)) for c in code]
     assert names[:5] == ["no_prefill_work"] * 4 + ["empty_iteration"]
     assert names[-1] == "unsupported:fewer_prefill_tokens_than_requests"
     table, _ = load_round_table(CASES / "F4-sums-without-requests" / "table")
-    q = queries.read_queries(CASES / "F4-sums-without-requests" / "queries.csv")
+    q = query_files.read_queries(CASES / "F4-sums-without-requests" / "queries.csv")
     _, code = queries.evaluate(table, q)
     assert {st.name(int(c)) for c in code} == {"unsupported:token_sum_without_requests"}
 

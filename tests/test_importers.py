@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from jaxsim.data.acceptance import conditional_rates, get_preset, list_presets, preset_rates
+from jaxsim.acceptance import conditional_rates, get_preset, list_presets, preset_rates
 from jaxsim.data.registry import resolve_profile
 from jaxsim.errors import JaxsimError, ProfileError, QueryError, TableError
 from jaxsim.importers import derived_sd, dynamo_planner

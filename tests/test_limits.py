@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]

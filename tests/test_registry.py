@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from jaxsim import acceptance
 from jaxsim.data import registry
 from jaxsim.errors import ProfileError
 from jaxsim.kernels import rounds, status
@@ -95,8 +96,7 @@ def test_bundled_tables_evaluate_at_their_rows(name):
         assert np.all(np.asarray(code) == status.EXACT)
 
 
-def test_registry_exposes_acceptance_presets_for_bindings():
-    names = registry.list_acceptance_presets()
-    assert "eagle3-mtbench-qwen3-8b" in names
-    rates = registry.acceptance_preset("eagle3-mtbench-qwen3-8b")
+def test_acceptance_presets_for_bindings():
+    assert "eagle3-mtbench-qwen3-8b" in acceptance.preset_names()
+    rates = acceptance.get_preset("eagle3-mtbench-qwen3-8b").conditional_rates
     assert len(rates) == 3 and rates[0] == pytest.approx(0.6541)

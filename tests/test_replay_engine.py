@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from jaxsim.kernels.acceptance import expected_tokens_per_round, pad_rates
+from jaxsim.acceptance import pad_rates
+from jaxsim.kernels.acceptance import expected_tokens_per_round
 from jaxsim.kernels.rounds import decode_batch, prefill_batch
 from jaxsim.replay import metrics
 from jaxsim.replay.batch import ReplayConfig, WorkerPool, replay_batch, run_replays, unstack

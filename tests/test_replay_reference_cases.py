@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
-from jaxsim.kernels.acceptance import pad_rates, rates_from_accepted
+from jaxsim.acceptance import pad_rates, rates_from_accepted
 from jaxsim.kernels.capacity import kv_blocks, kv_tokens
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.profile import load_profile_dir

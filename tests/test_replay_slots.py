@@ -15,14 +15,14 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from jaxsim.kernels.acceptance import pad_rates
+from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.replay import batch
 from jaxsim.replay.batch import replay_batch, unstack
 from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
 from jaxsim.replay.traces import make_trace
 from jaxsim.replay.batch import config_from_binding
-from jaxsim.rules.binding import bind
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
         import test_replay_slots as t
         from jaxsim.replay import batch
         from jaxsim.replay.engine import make_params
-        from jaxsim.kernels.acceptance import pad_rates
+        from jaxsim.acceptance import pad_rates
         assert len(jax.devices()) == 2
         sd = t._synthetic_sd_table()
         params = [make_params(sd, max_num_batched_tokens=b, max_num_seqs=m, block_size=16, num_gpu_blocks=g, num_draft_tokens=k,

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
+from jaxsim import acceptance
 from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
@@ -140,7 +141,7 @@ def test_expected_rounds_is_exact():
     np.testing.assert_array_equal(rt[0], np.arange(301))  # autoregressive: one token per round
     for a in range(len(RATES)):
         np.testing.assert_allclose(rt[a], _rounds_dp(RATES[a], RATES_K[a], 300), rtol=1e-13)
-    det = ev.expected_rounds_table(jnp.asarray(acc.pad_rates(acc.rates_from_accepted(2.0, 3)))[None], jnp.asarray([3]), M_MAX)
+    det = ev.expected_rounds_table(jnp.asarray(acceptance.pad_rates(acceptance.rates_from_accepted(2.0, 3)))[None], jnp.asarray([3]), M_MAX)
     np.testing.assert_allclose(np.asarray(det)[0], np.ceil(np.arange(M_MAX + 1) / 3.0), rtol=0, atol=1e-9)  # bursts of 3
     # long outputs: rounds → m / E[tokens per round] (the kernel's exact uncapped expectation)
     mu = float(acc.expected_tokens_per_round(jnp.asarray(RATES[1]), jnp.int64(3), jnp.float64(10.0)))

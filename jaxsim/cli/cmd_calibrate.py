@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the fit and held-out scores as JSON."),
     ) -> None:
-        from jaxsim.rules.binding import resolve_profile_dir
+        from jaxsim.profile.resolve import resolve_profile_dir
         from jaxsim.calibrate import CalibrationConfig, calibrate, calibrated_profile, write_calibrated
 
         refuse_overwrite(output, force)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded
 
 CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
@@ -25,7 +25,7 @@ Examples:
 
 def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
     """Bind ``path`` and return the capacity report (JSON-ready)."""
-    from jaxsim.rules.binding import bind
+    from jaxsim.deploy.binding import bind
     from jaxsim.rules.config import load_config
     from jaxsim.kernels import status
 

@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = _QUIET,
     ) -> None:
         if num_gpu_blocks is not None:
-            from jaxsim.rules import limits
+            from jaxsim import limits
 
             limits.check("blocks", num_gpu_blocks, "--num-gpu-blocks")
         _figure(output, force, quiet, lambda plots: plots.plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks))

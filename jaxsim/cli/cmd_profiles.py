@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
     def presets_cmd(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
         from dataclasses import asdict
 
-        from jaxsim.data.acceptance import list_presets
+        from jaxsim.acceptance import list_presets
 
         items = list_presets()
         if as_json:

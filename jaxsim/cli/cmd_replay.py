@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic
 from jaxsim.sla import SLA
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         if sweep is not None:
             configs = configs_from_sweep(sweep)
         else:
-            from jaxsim.rules.binding import bind
+            from jaxsim.deploy.binding import bind
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]

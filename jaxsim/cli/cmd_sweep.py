@@ -263,7 +263,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from jaxsim.sweep import load_spec, run_sweep
 
-        from jaxsim.rules import limits
+        from jaxsim import limits
 
         limits.check("top", top, "--top")
         if (verify_top is None) != (trace is None):

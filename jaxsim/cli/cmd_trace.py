@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.cli.common import fail, guarded, refuse_overwrite
 
 SYNTH_HELP = """Write a synthetic request trace (plain CSV: arrival_ms, input_length, output_length).

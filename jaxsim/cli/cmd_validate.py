@@ -24,7 +24,7 @@ Examples:
 
 def check_configs(paths: list[Path]) -> list[tuple[Path, list[str], object]]:
     """(path, problems, config or None) for each path; problems are one line each."""
-    from jaxsim.rules.binding import validate_config
+    from jaxsim.rules.validate import validate_config
     from jaxsim.rules.config import load_config
     from jaxsim.errors import JaxsimError
 

@@ -106,17 +106,3 @@ def resolve_profile(name_or_path: str) -> Path:
     raise ProfileError(
         f"{name_or_path!r} is neither a profile directory nor a bundled profile (bundled: {', '.join(bundled_names()) or 'none'})"
     )
-
-
-def list_acceptance_presets() -> list[str]:
-    """Names of the bundled acceptance presets (see :mod:`jaxsim.data.acceptance`)."""
-    from jaxsim.data.acceptance import list_presets
-
-    return [p.name for p in list_presets()]
-
-
-def acceptance_preset(name: str) -> tuple[float, ...]:
-    """A preset's conditional acceptance rates at its measured depth (QueryError when unknown)."""
-    from jaxsim.data.acceptance import get_preset
-
-    return get_preset(name).conditional_rates

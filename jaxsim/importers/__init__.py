@@ -1,4 +1,7 @@
-"""Importers: measured forward-pass logs and planner sweeps into FPM profile directories."""
+"""Importers: measured forward-pass logs, planner sweeps and the op model into FPM profile directories.
+
+A layer above the kernels (beside :mod:`jaxsim.deploy`): an import reports its table's in-sample coverage and
+derives speculative rounds through the compiled kernels (the one oracle for every timing)."""
 
 from jaxsim.importers.fpm_log import (
     BinningConfig,

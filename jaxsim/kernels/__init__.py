@@ -3,9 +3,9 @@ the call site; validation happens before (:mod:`jaxsim.rules`), results carry st
 
 * :mod:`jaxsim.kernels.support` / :mod:`jaxsim.kernels.rounds`: a profile cell compiled into flat lookup
   arrays (:class:`RoundTable`) and the decode / prefill / mixed / scheduler-pass lookups;
-* :mod:`jaxsim.kernels.tables`: a profile (directory or bundled name) → one deployment's compiled table;
+* :mod:`jaxsim.kernels.tables`: the one cache of compiled profile cells (bundle, deployment, DCP → table);
 * :mod:`jaxsim.kernels.batched`: kernels over host query columns (padded, chunked, sharded);
-* :mod:`jaxsim.kernels.queries`: round-timing query files (CSV/parquet, read by pyarrow) through the kernels;
+* :mod:`jaxsim.kernels.queries`: validated round-timing queries (:mod:`jaxsim.query_files`) through the kernels;
 * :mod:`jaxsim.kernels.capacity`: KV pool bytes → tokens → blocks → concurrency, KV transfer time;
 * :mod:`jaxsim.kernels.acceptance`: speculative acceptance (expected tokens per round, sampled bursts);
 * :mod:`jaxsim.kernels.status`: the one status registry (codes, names, explanations, severity);
@@ -20,11 +20,10 @@ __getattr__, __all__ = lazy_api("jaxsim.kernels", {
     **dict.fromkeys(("RoundTable", "compile_round_table", "common_tables", "stack_round_tables", "decode_latency_ms",
                      "prefill_latency_ms", "prefill_query_ms", "mixed_latency_ms", "scheduler_pass_latency_ms", "pass_lookups",
                      "decode_batch", "prefill_batch", "mixed_batch"), "rounds"),
-    **dict.fromkeys(("load_round_table", "choose_deployment", "profile_data_source"), "tables"),
+    **dict.fromkeys(("load_round_table", "round_table"), "tables"),
     **dict.fromkeys(("run_batched", "decode_points", "support_grid", "prefill_grid"), "batched"),
     **dict.fromkeys(("KvPool", "PoolCapacity", "pool_capacity", "make_pool", "estimate_kv_cache", "kv_transfer_ms",
                      "blocks_for", "request_blocks", "max_concurrency"), "capacity"),
     **dict.fromkeys(("expected_tokens_per_round", "sample_burst"), "acceptance"),
     "pow2_bucket": "buckets",
-    **dict.fromkeys(("QueryBatch", "read_queries", "evaluate_file"), "queries"),
 })

@@ -1,7 +1,8 @@
 """Speculative-decoding acceptance: chained conditional Bernoulli trials per round.
 
 Per request per round: tokens = 1; for i = 1..K, with probability p_i the i-th draft is accepted and
-tokens += 1, else the chain stops. The emitted burst is min(tokens, remaining output).
+tokens += 1, else the chain stops. The emitted burst is min(tokens, remaining output). Rates are lowered and
+padded in plain Python by :mod:`jaxsim.acceptance`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float64, Int64
 
 from jaxsim._jax import ensure_x64  # noqa: F401  (importing it turns x64 on; entry points call it)
-from jaxsim.rules.acceptance import (  # noqa: F401
-    MAX_DRAFT_TOKENS,
-    normalize_rates,
-    pad_rates,
-    rates_from_accepted,
-    tail_probabilities,
-)
+from jaxsim.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
 
 
 def expected_tokens_per_round(

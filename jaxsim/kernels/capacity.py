@@ -23,14 +23,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
-from jaxsim.rules.capacity import (  # noqa: F401  (plain-Python rules, re-exported here)
-    VLLM_DEFAULT_GPU_MEMORY_UTILIZATION,
-    CapacityRequest,
-    KvCacheEstimate,
-    block_size_problem,
-    capacity_problems,
-    non_kv_bytes,
-)
+from jaxsim.rules.capacity import CapacityRequest, KvCacheEstimate, block_size_problem, non_kv_bytes
 from jaxsim.kernels.status import (  # capacity status codes (registered there, 32–47)
     BLOCK_SIZE_INVALID,
     DOES_NOT_FIT,

@@ -1,52 +1,37 @@
-"""Profile → compiled round table, with deployment selection by exact identity."""
+"""Compiled round tables of profile cells: the one cache, keyed by exact identity (bundle, deployment, DCP).
+
+Every compiled table of a profile's cell comes from here (deployment bindings, figures, calibration, the
+``round`` command), compiled once for as long as its loaded bundle lives: a profile directory that changes on
+disk is loaded as a new bundle (:func:`jaxsim.profile.resolve.load_bundle`), so its tables compile afresh.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+import weakref
 from pathlib import Path
 
-from jaxsim.errors import ProfileError
 from jaxsim.kernels.rounds import RoundTable, compile_round_table
 from jaxsim.profile import Deployment, ProfileBundle
-from jaxsim.rules.binding import load_bundle, resolve_profile_dir
+from jaxsim.profile.resolve import cell_rows, choose_deployment, load_bundle, resolve_profile_dir
+
+__all__ = ["load_round_table", "round_table"]
+
+_LOCK = threading.RLock()
+_TABLES: weakref.WeakKeyDictionary[ProfileBundle, dict[tuple, RoundTable]] = weakref.WeakKeyDictionary()
 
 
-def choose_deployment(bundle: ProfileBundle, **want) -> Deployment:
-    """The one deployment matching the given identity fields (None = any); ambiguity is an error."""
-    fields = {"tp": "tp", "dp": "dp", "moe_tp": "moe_tp", "moe_ep": "moe_ep", "role": "worker_type", "system": "system", "backend_version": "backend_version"}
-    found = []
-    for d in bundle.profile.deployments:
-        ok = True
-        for key, attr in fields.items():
-            v = want.get(key)
-            if v is None:
-                continue
-            have = getattr(d, attr)
-            if key == "role" and have is None:
-                continue
-            if have != v:
-                ok = False
-        if ok:
-            found.append(d)
-    if len(found) == 1:
-        return found[0]
-    have = "; ".join(d.describe() for d in bundle.profile.deployments)
-    if not found:
-        asked = ", ".join(f"{k}={v}" for k, v in want.items() if v is not None) or "defaults"
-        raise ProfileError(f"{bundle.root}: no deployment matches {asked} (have: {have})")
-    raise ProfileError(f"{bundle.root}: {len(found)} deployments match; choose one with --tp/--role/... (have: {have})")
-
-
-@lru_cache(maxsize=256)
-def _compile(path: str, deployment: Deployment, role: str | None) -> RoundTable:
-    bundle = load_bundle(path)
-    cell = bundle.cell(deployment).require_phases(role)
-    return compile_round_table(cell, speculative=deployment.is_speculative, num_draft_tokens=deployment.num_draft_tokens)
-
-
-def profile_data_source(profile: str | Path) -> str:
-    """What a profile's numbers are: measured, derived, modelled or calibrated (stored or inferred)."""
-    return load_bundle(resolve_profile_dir(str(profile))).profile.source
+def round_table(bundle: ProfileBundle, deployment: Deployment, dcp: int | None = None) -> RoundTable:
+    """The deployment's cell compiled for the kernels (a speculative-round table when it is one), once."""
+    key = (deployment, dcp)
+    with _LOCK:
+        hit = _TABLES.get(bundle, {}).get(key)
+    if hit is None:
+        cell = cell_rows(bundle, deployment, dcp)
+        hit = compile_round_table(cell, speculative=deployment.is_speculative, num_draft_tokens=deployment.num_draft_tokens)
+        with _LOCK:
+            _TABLES.setdefault(bundle, {})[key] = hit
+    return hit
 
 
 def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deployment]:
@@ -54,7 +39,7 @@ def load_round_table(profile: str | Path, **want) -> tuple[RoundTable, Deploymen
 
     The cell must hold genuine rows of every phase the worker role runs (``role``, else the deployment's
     worker_type, else aggregated: both phases), as the reference requires when it builds the model."""
-    path = str(resolve_profile_dir(str(profile)))
-    bundle = load_bundle(path)
+    bundle = load_bundle(str(resolve_profile_dir(str(profile))))
     deployment = choose_deployment(bundle, **want)
-    return _compile(path, deployment, want.get("role") or deployment.worker_type), deployment
+    cell_rows(bundle, deployment).require_phases(want.get("role") or deployment.worker_type)
+    return round_table(bundle, deployment), deployment

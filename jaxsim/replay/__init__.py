@@ -2,7 +2,7 @@
 
 Typical use::
 
-    from jaxsim.rules.binding import bind
+    from jaxsim.deploy.binding import bind
     from jaxsim.rules.config import load_config
     from jaxsim.replay import config_from_binding, load_trace, run_replays
 

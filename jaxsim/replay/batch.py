@@ -216,7 +216,7 @@ def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
 
 
 def config_from_binding(b, name: str | None = None) -> ReplayConfig:
-    """A :class:`ReplayConfig` from a :class:`jaxsim.rules.binding.Binding`."""
+    """A :class:`ReplayConfig` from a :class:`jaxsim.deploy.binding.Binding`."""
     label = name or Path(str(b.config.source)).stem
     pools = {role: _pool_from_role(rb, b.block_size, b.context_length) for role, rb in b.roles.items()}
     rates = np.asarray(b.accept_rates, np.float64)

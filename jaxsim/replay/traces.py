@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
-from jaxsim.rules import limits
+from jaxsim import limits
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader
 from jaxsim.kernels.buckets import pow2_bucket

@@ -4,7 +4,7 @@ A config names a model, a system, a backend version, a profile (bundled name or 
 ``aggregated`` role or a ``prefill`` + ``decode`` pair, each with its own parallelism, replica count,
 scheduler envelope and memory fraction. Parsing is strict: an unknown key or a wrong type raises a
 one-line :class:`~jaxsim.errors.BindingError` naming the file and the key path. Whether the config can be
-bound to a measured profile is decided by :mod:`jaxsim.rules.binding`, which lists every problem at once.
+bound to a measured profile is decided by :mod:`jaxsim.rules.validate`, which lists every problem at once.
 
 Example (``configs/deployment_aggregated.toml``)::
 
@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
-from jaxsim.rules import limits
+from jaxsim import limits
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",

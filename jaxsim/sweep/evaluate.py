@@ -22,7 +22,7 @@ from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
-from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
+from jaxsim.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
 from jaxsim.kernels.status import (  # the sweep's own refusals (registered there, 48–63)
     PROMPT_EXCEEDS_PREFILL_POOL,
     REQUEST_EXCEEDS_CONTEXT,

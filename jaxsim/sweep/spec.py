@@ -6,8 +6,8 @@ concurrency and workloads, plus an SLA and a GPU budget (format: ``docs/sweep.md
 example: ``configs/quickstart.toml``).
 
 :func:`plan_sweep` validates every distinct *binding* (profile deployment × mode × nextn × acceptance ×
-scheduler envelope) once, in plain Python, through :func:`jaxsim.rules.binding.validate_config` /
-:func:`jaxsim.rules.binding.bind`. Invalid bindings are counted with their reasons. The valid ones form the
+scheduler envelope) once, in plain Python, through :func:`jaxsim.rules.validate.validate_config` /
+:func:`jaxsim.deploy.binding.bind`. Invalid bindings are counted with their reasons. The valid ones form the
 outer digit of a mixed-radix index (binding, concurrency, workload); :meth:`SweepPlan.inputs` decodes a
 range of config indices into arrays without creating a Python object per config.
 """
@@ -26,15 +26,17 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim.rules import binding as bd
+from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
+from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import config_from_dict
+from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError, JaxsimError, QueryError
-from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES
+from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
@@ -79,9 +81,7 @@ class Acceptance:
     def config_fields(self) -> dict:
         """The deployment-config fields for this setting (a preset is resolved to its rates here)."""
         if self.kind == "preset":
-            from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
-
-            return {"accept_rates": [float(x) for x in get_preset(self.value).conditional_rates]}
+            return {"accept_rates": [float(x) for x in acc.get_preset(self.value).conditional_rates]}
         if self.kind == "accepted":
             return {"accepted_tokens": float(self.value)}
         return {"accept_rates": [float(x) for x in self.value]}
@@ -160,10 +160,8 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
             x = float(x)
         v = x
     if isinstance(v, str):
-        from jaxsim.data.acceptance import get_preset  # noqa: PLC0415
-
         try:
-            get_preset(sc.Str().read(doc, v, path))
+            acc.get_preset(sc.Str().read(doc, v, path))
         except JaxsimError as e:
             if isinstance(e, SpecError):
                 raise
@@ -493,8 +491,8 @@ def _rule(problem: str) -> str:
 
 
 def _profile_deployments(ref: str, base: Path | None):
-    root = bd.resolve_profile_dir(ref, base)
-    return root, bd.load_bundle(root)
+    root = resolve_profile_dir(ref, base)
+    return root, load_bundle(root)
 
 
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
@@ -639,7 +637,7 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
 
 
 def _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt, refuse, what):
-    """Validate one binding with jaxsim.rules.binding; (Binding, GPUs per serving unit) or None (refused)."""
+    """Validate one binding with jaxsim.rules.validate; (Binding, GPUs per serving unit) or None (refused)."""
     gpus = tp if mode == "aggregated" else (x + y) * tp
     if spec.gpu_budget is not None and gpus > spec.gpu_budget:
         refuse(f"gpu-budget: one serving unit needs {gpus} GPUs, more than the budget of {spec.gpu_budget}", what)
@@ -668,11 +666,11 @@ def _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt,
         obj["kv_transfer_gbps"] = spec.kv_transfer_gbps
     try:
         cfg = config_from_dict(obj, source=f"{spec.source} [{what}]")
-        problems = bd.validate_config(cfg)
+        problems = validate_config(cfg)
         if problems:
             refuse(problems[0], what)
             return None
-        return bd.bind(cfg), gpus
+        return bind(cfg), gpus
     except (JaxsimError, ValueError, QueryError) as e:
         refuse(str(e), what)
         return None
