@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float64, Int, Int32, Int64
+from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.errors import InputError
@@ -194,23 +194,6 @@ expected_rounds_table = jit_x64(jax.vmap(expected_rounds, in_axes=(0, 0, None)),
 # per-quantity pieces (one configuration)
 
 
-def worse_status(a: Int[Array, "*n"], b: Int[Array, "*n"]) -> Int32[Array, "*n"]:
-    """The worse of two status codes by the registry's explicit order (:data:`jaxsim.kernels.status.SEVERITY`)."""
-    rank = jnp.asarray(st.RANK)
-    return jnp.where(rank[b] > rank[a], b, a).astype(jnp.int32)
-
-
-def worst_status(codes: Int[Array, "..."], used: Bool[Array, "..."] | None = None) -> Int32[Array, ""]:
-    """The worst status among the ``used`` codes by :data:`~jaxsim.kernels.status.SEVERITY` (``EXACT`` if none)."""
-    codes = jnp.asarray(codes, jnp.int32).ravel()
-    ranks = jnp.asarray(st.RANK)[codes]
-    if used is not None:
-        ranks = jnp.where(jnp.asarray(used).ravel(), ranks, -1)
-    return jnp.where(jnp.max(ranks) >= 0, codes[jnp.argmax(ranks)], st.EXACT).astype(jnp.int32)
-
-
-
-
 def decode_round_ms_at(
     t: RoundTable, batch: Int64[Array, ""], kv_per_request: Float64[Array, " Q"]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
@@ -218,7 +201,7 @@ def decode_round_ms_at(
     total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted."""
     kv = jnp.round(batch.astype(jnp.float64) * kv_per_request).astype(jnp.int64)
     lat, code = jax.vmap(decode_latency_ms, in_axes=(None, None, 0))(t, batch, kv)
-    return jnp.sum(GL_WEIGHTS * lat), worst_status(code)
+    return jnp.sum(GL_WEIGHTS * lat), st.worst_of(code, xp=jnp)
 
 
 def prompt_prefill_ms(
@@ -253,7 +236,7 @@ def prompt_prefill_ms(
     lat, code = flat(t, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
     lat, code = lat.reshape(toks.shape), code.reshape(toks.shape)
     used = (wts > 0) & live[:, None]
-    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), worst_status(code, used)
+    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), st.worst_of(code, used, jnp)
 
 
 def _share(w, x):
@@ -360,9 +343,10 @@ def evaluate_config(
     xfer_w = capacity.kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
     wait_dis = y * (cfg.concurrency - n_eff) / rate_dis
     prompt_blocks = capacity.blocks_for(cfg.isl, jnp.maximum(cfg.block_size, 1))
-    code_dis = worse_status(
+    code_dis = st.worse(
         jnp.where(feed_bound, code_eff, code_full),
         jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
+        jnp,
     )
 
     rate = jnp.where(disagg, rate_dis, rate_agg)
@@ -372,7 +356,7 @@ def evaluate_config(
     ttft_w = jnp.where(disagg, wait_dis + prompt_w + xfer_w + round_dis, wait_agg + prompt_w)
     decode_w = rounds_w * jnp.where(disagg, round_dis, round_agg)
     gpus = jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
-    status = worse_status(worse_status(cap_code, pcode), jnp.where(disagg, code_dis, code_agg))
+    status = st.worse(st.worse(cap_code, pcode, jnp), jnp.where(disagg, code_dis, code_agg), jnp)
 
     out_tok = jnp.sum(w * cfg.osl)
     gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
