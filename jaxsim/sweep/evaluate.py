@@ -19,7 +19,6 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
-from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
@@ -34,6 +33,7 @@ from jaxsim.kernels.rounds import (
     decode_latency_ms,
     scheduler_pass_latency_ms,
 )
+from jaxsim.sla import PERCENTILE_KEYS, PERCENTILE_METRICS, PERCENTILES, SLA
 
 # What bounds the effective concurrency.
 LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
@@ -76,40 +76,34 @@ class ConfigInputs(eqx.Module):
     weight: Float64[ArrayLike, "*c W"]
 
 
-PERCENTILES = (50, 90, 99)
-PERCENTILE_METRICS = ("ttft", "tpot", "e2e")
-PERCENTILE_KEYS = tuple(f"p{p}_{m}_ms" for m in PERCENTILE_METRICS for p in PERCENTILES)  # SLA keys and result columns
-
-
-class Sla(eqx.Module):
-    """Service-level limits (inf/0 = no limit): mean TTFT, TPOT, E2E, per-user output rate, and
-    percentile limits ``pct_ms[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99) over the workload mix."""
+class SLABounds(eqx.Module):
+    """A :class:`~jaxsim.sla.SLA` as traced float64 scalars, field for field (``inf``, or 0 for the
+    minimum per-user rate, where the SLA states no limit). Percentile limits are over the workload mix."""
 
     max_ttft_ms: Float64[Array, ""]
     max_tpot_ms: Float64[Array, ""]
     min_tokens_per_s_per_user: Float64[Array, ""]
     max_e2e_ms: Float64[Array, ""]
-    pct_ms: Float64[Array, "3 3"]
+    p50_ttft_ms: Float64[Array, ""]
+    p90_ttft_ms: Float64[Array, ""]
+    p99_ttft_ms: Float64[Array, ""]
+    p50_tpot_ms: Float64[Array, ""]
+    p90_tpot_ms: Float64[Array, ""]
+    p99_tpot_ms: Float64[Array, ""]
+    p50_e2e_ms: Float64[Array, ""]
+    p90_e2e_ms: Float64[Array, ""]
+    p99_e2e_ms: Float64[Array, ""]
 
     @staticmethod
-    def make(max_ttft_ms: float | None = None, max_tpot_ms: float | None = None, min_tokens_per_s_per_user: float | None = None,
-             max_e2e_ms: float | None = None, **percentiles: float | None) -> "Sla":
-        """``percentiles``: keys of :data:`PERCENTILE_KEYS` (``p90_ttft_ms=2000.0``, ...)."""
-        inf = float("inf")
-        bad = set(percentiles) - set(PERCENTILE_KEYS)
-        if bad:
-            raise InputError(f"unknown percentile SLA key(s): {', '.join(sorted(bad))}")
-        pct = np.full((3, 3), inf)
-        for k, v in percentiles.items():
-            if v is not None:
-                pct[PERCENTILE_KEYS.index(k) // 3, PERCENTILE_KEYS.index(k) % 3] = v
-        return Sla(
-            jnp.float64(inf if max_ttft_ms is None else max_ttft_ms),
-            jnp.float64(inf if max_tpot_ms is None else max_tpot_ms),
-            jnp.float64(0.0 if min_tokens_per_s_per_user is None else min_tokens_per_s_per_user),
-            jnp.float64(inf if max_e2e_ms is None else max_e2e_ms),
-            jnp.asarray(pct, jnp.float64),
-        )
+    def of(sla: SLA | None = None) -> "SLABounds":
+        """The bounds of ``sla`` (None: no limit at all)."""
+        sla = SLA() if sla is None else sla
+        unset = lambda k: 0.0 if k == "min_tokens_per_s_per_user" else float("inf")  # noqa: E731
+        return SLABounds(**{k: jnp.float64(unset(k) if v is None else v) for k, v in vars(sla).items()})
+
+    def percentile_ms(self) -> Float64[Array, "3 3"]:
+        """The percentile limits as ``[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99)."""
+        return jnp.stack([getattr(self, k) for k in PERCENTILE_KEYS]).reshape(len(PERCENTILE_METRICS), len(PERCENTILES))
 
 
 def weighted_percentiles(values: Float64[Array, " W"], weights: Float64[Array, " W"]) -> Float64[Array, " 3"]:
@@ -277,7 +271,7 @@ def evaluate_config(
     decode_table: RoundTable,
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
-    sla: Sla,
+    sla: SLABounds,
     cfg: ConfigInputs,
 ) -> Metrics:
     """Steady-state metrics of ONE configuration (the model is in docs/sweep.md).
@@ -379,7 +373,7 @@ def evaluate_config(
         weighted_percentiles(ttft_w + decode_w, w),
     ])
     sla_ok = (ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
-              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.pct_ms))
+              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.percentile_ms()))
     return Metrics(
         status=status,
         limit=limit,
@@ -409,7 +403,7 @@ def evaluate_chunk(
     decode_index: Int64[Array, ""],
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
-    sla: Sla,
+    sla: SLABounds,
     cfgs: ConfigInputs,
 ) -> Metrics:
     """:func:`evaluate_config` over a chunk of configurations that share their tables and serving mode."""

@@ -115,8 +115,7 @@ class Evaluator:
         put = lambda x: jax.device_put(x, self.rep)  # noqa: E731
         self.stack = put(stack_round_tables(plan.tables)) if plan.tables else None
         self.rounds = put(plan.rounds_table()) if plan.tables else None
-        s = plan.spec.sla
-        self.sla = put(ev.Sla.make(**s.limits()))
+        self.sla = put(ev.SLABounds.of(plan.spec.sla))
         self.compiled = None
         self.compile_s = 0.0
         self.compiles = 0
