@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 
 from jaxsim.data import registry
 from jaxsim.rules.validate import validate_config
-from jaxsim.rules.config import DEFAULT_BLOCK_SIZE, RoleConfig, config_from_dict, load_config, parse_config_text
+from jaxsim.rules.config import (
+    DEFAULT_BLOCK_SIZE,
+    DeploymentConfig,
+    RoleConfig,
+    check_config,
+    config_from_dict,
+    load_config,
+    parse_config_text,
+)
 from jaxsim.errors import BindingError
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -154,3 +162,28 @@ def test_example_configs_parse_and_validate(path):
         assert problems == []
     else:  # until the bundled profiles land, the profile name is the only thing that may be wrong
         assert problems and all(p.startswith("profile-not-found") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    "roles",
+    [
+        {"aggregated": {"tp": 2, "max_num_seqs": 64}},
+        {"prefill": {"tp": 2048, "replicas": 1}, "decode": {"tp": 1}},  # tp over the documented limit
+        {"prefill": {"tp": 64, "replicas": 1024}, "decode": {"tp": 64, "replicas": 1024}},  # GPUs over the limit
+        {"aggregated": {"tp": 1, "dcp": 5000}},
+        {"decode": {"tp": 1, "max_num_batched_tokens": 10**9}},
+    ],
+)
+def test_configs_built_in_code_get_the_readers_checks(roles):
+    """check_config holds a config built from dataclasses to the reader's role checks, with its words."""
+    obj = {"model": "m", "system": "h200_sxm", "roles": roles}
+    built = DeploymentConfig(model="m", system="h200_sxm", source="x.toml",
+                                roles=tuple(RoleConfig(name, **kw) for name, kw in roles.items()))
+    try:
+        read = config_from_dict(obj, source="x.toml")
+    except BindingError as e:
+        with pytest.raises(BindingError) as got:
+            check_config(built)
+        assert str(got.value) == str(e)
+    else:
+        assert check_config(built) == read

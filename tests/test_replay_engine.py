@@ -233,7 +233,7 @@ def test_closed_loop_agrees_with_sweep_steady_state(table, accepted):
     )
     t = padded_tables()[table]  # one shape for both tables: one compilation of the sweep model
     rounds = ev.expected_rounds_table(np.asarray(rates[None]), np.array([k]), 256)
-    m = jax.jit(ev.evaluate_config)(t, t, np.bool_(False), rounds, ev.Sla.make(), cfg)
+    m = jax.jit(ev.evaluate_config)(t, t, np.bool_(False), rounds, ev.SLABounds.of(), cfg)
     outs = np.full(n, osl)
     outs[:c] = [osl * (j + 1) // c for j in range(c)]
     trace = make_trace("closed", np.zeros(n), np.full(n, isl), outs)

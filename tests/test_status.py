@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -49,13 +50,16 @@ def test_worst_follows_the_severity_order_not_the_numbers():
     codes = np.array(sorted(st.REGISTRY), np.int32)
     rng = np.random.default_rng(0)
     a, b = rng.choice(codes, 200), rng.choice(codes, 200)
-    got = np.asarray(ev.worse_status(jnp.asarray(a), jnp.asarray(b)))
-    np.testing.assert_array_equal(got, [st.worst(x, y) for x, y in zip(a, b)])
+    want = [st.worst(x, y) for x, y in zip(a, b)]
+    np.testing.assert_array_equal(np.asarray(st.worse(jnp.asarray(a), jnp.asarray(b), jnp)), want)
+    np.testing.assert_array_equal(st.worse(a, b), want)  # the same function on the host (NumPy)
     used = rng.uniform(size=(20, 7)) > 0.3
     sets = rng.choice(codes, (20, 7))
     for row, u in zip(sets, used):
         want = st.worst(*row[u]) if u.any() else st.EXACT
-        assert int(ev.worst_status(jnp.asarray(row), jnp.asarray(u))) == want
+        assert int(st.worst_of(jnp.asarray(row), jnp.asarray(u), jnp)) == want
+        assert int(st.worst_of(row, u)) == want
+    assert int(jax.jit(lambda c: st.worst_of(c, xp=jnp))(jnp.asarray(sets[0]))) == st.worst(*sets[0])
 
 
 def test_names_and_replay_texts():

@@ -18,6 +18,7 @@ from jaxsim.kernels import acceptance as acc
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
 from jaxsim.profile import load_profile_dir
+from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
 TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
@@ -76,7 +77,7 @@ def golden():
     (ar, _), (sd, _) = _golden("ar_core"), _golden("sd_k3")
     stack = rounds.stack_round_tables([ar, sd, _synthetic_table()])
     rt = ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX)
-    return SimpleNamespace(tables=[ar, sd], stack=stack, rt=rt, sla=ev.Sla.make(2000.0, 60.0, None))
+    return SimpleNamespace(tables=[ar, sd], stack=stack, rt=rt, sla=ev.SLABounds.of(SLA(max_ttft_ms=2000.0, max_tpot_ms=60.0)))
 
 
 CHUNK = jax.jit(ev.evaluate_chunk)
@@ -241,7 +242,7 @@ def _pair(golden, d):
         max_num_batched_tokens=np.full(S, d["mbt"]), kv_blocks=np.full(S, 10**7), prefill_workers=np.full(S, d["x"]),
         decode_workers=np.full(S, d["y"]), decode_gpus=np.ones(S),
     )
-    return _chunk(golden, 2, d["disagg"], cfgs, rt=rt, sla=ev.Sla.make())
+    return _chunk(golden, 2, d["disagg"], cfgs, rt=rt, sla=ev.SLABounds.of())
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
+from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SpecError, load_spec
 from jaxsim.sweep.verify import judge
@@ -42,6 +43,18 @@ def test_spec_takes_percentile_keys(tmp_path):
     bad.write_text(PLANNER.read_text().replace("p90_ttft_ms = 2000.0", "p90_ttft_ms = -1"))
     with pytest.raises(SpecError, match="sla.p90_ttft_ms"):
         load_spec(bad)
+
+
+def test_compiled_bounds_are_the_sla_field_for_field():
+    s = SLA(max_tpot_ms=40.0, min_tokens_per_s_per_user=12.5, p90_ttft_ms=2000.0, p99_e2e_ms=9000.0)
+    b = ev.SLABounds.of(s)
+    assert list(vars(b)) == list(vars(s))  # one vocabulary: the same keys, in the same order
+    for k, v in vars(s).items():
+        unset = 0.0 if k == "min_tokens_per_s_per_user" else np.inf
+        assert float(getattr(b, k)) == (unset if v is None else v)
+    grid = np.asarray(b.percentile_ms())  # [metric, p], metric-major like PERCENTILE_KEYS
+    assert grid[0, 1] == 2000.0 and grid[2, 2] == 9000.0 and np.isinf(np.delete(grid.ravel(), [1, 8])).all()
+    assert all(np.isinf(float(x)) or float(x) == 0.0 for x in vars(ev.SLABounds.of()).values())
 
 
 def _sweep(tmp_path, sla: str, *extra):

@@ -110,7 +110,7 @@ def test_lazy_decoding_matches_the_cartesian_product(plan):
     for j, i in enumerate(idx):
         b, conc, w = combos[i]
         assert ci.concurrency[j] == conc
-        assert ci.nextn[j] == plan.bindings["nextn"][b]
+        assert ci.nextn[j] == plan.bindings.nextn[b]
         np.testing.assert_array_equal(ci.isl[j], plan.wl_isl[w])
         assert plan.labels["workload"][plan.input_columns(np.array([i]))["workload"][0]] == s.workloads[w].name
 
@@ -119,8 +119,8 @@ def test_groups_share_tables_and_mode_and_chunks_stay_inside(plan):
     assert plan.groups[0][0] == 0 and plan.groups[-1][1] == plan.num_configs
     for lo, hi, p, d, disagg in plan.groups:
         b = np.unique(plan.decode_index(np.arange(lo, hi))[0])
-        assert (plan.bindings["prefill_table"][b] == p).all() and (plan.bindings["decode_table"][b] == d).all()
-        assert (plan.bindings["mode"][b] == int(disagg)).all()
+        assert (plan.bindings.prefill_table[b] == p).all() and (plan.bindings.decode_table[b] == d).all()
+        assert (plan.bindings.mode[b] == int(disagg)).all()
     chunks = plan.chunks(7)
     assert sum(e - s for _, s, e in chunks) == plan.num_configs
     for g, s, e in chunks:
@@ -130,10 +130,10 @@ def test_groups_share_tables_and_mode_and_chunks_stay_inside(plan):
 def test_sd_acceptance_lowering_and_ar_collapse(plan):
     # AR bindings carry no acceptance; SD bindings hold the lowered rates [1, 0.5, 0] (a = 1.5) and the list
     b = plan.bindings
-    assert set(plan.labels["acceptance"][i] for i in b["acceptance"][b["nextn"] == 0]) == {"none"}
-    sd_rates = {tuple(plan.rates[a]) for a in b["acceptance_id"][b["nextn"] == 3]}
+    assert set(plan.labels["acceptance"][i] for i in b.acceptance[b.nextn == 0]) == {"none"}
+    sd_rates = {tuple(plan.rates[a]) for a in b.acceptance_id[b.nextn == 3]}
     assert sd_rates == {(1.0, 0.5, 0.0, 0.0, 0.0), (0.8, 0.6, 0.4, 0.0, 0.0)}
-    np.testing.assert_allclose(sorted(plan.accepted_mean[np.unique(b["acceptance_id"])]), [0.0, 0.8 + 0.48 + 0.192, 1.5])
+    np.testing.assert_allclose(sorted(plan.accepted_mean[np.unique(b.acceptance_id)]), [0.0, 0.8 + 0.48 + 0.192, 1.5])
 
 
 def test_budget_and_recorded_envelope_are_validated():
@@ -144,8 +144,8 @@ def test_budget_and_recorded_envelope_are_validated():
     p = sp.plan_sweep(s)
     rules = {i.rule: i for i in p.invalid}
     assert "gpu-budget" in rules and "scheduler-envelope" in rules
-    assert (p.bindings["mode"] == 0).all() and (p.bindings["max_num_seqs"] != 7).all()
-    assert (p.bindings["replicas"] == 1).all()
+    assert (p.bindings.mode == 0).all() and (p.bindings.max_num_seqs != 7).all()
+    assert (p.bindings.replicas == 1).all()
 
 
 def test_unknown_profile_is_reported_not_raised():
@@ -162,3 +162,64 @@ def test_trace_workload_uses_the_empirical_distribution():
     s = sp.spec_from_dict(_spec(workload=[{"name": "mc", "trace": "mooncake_tiny", "bins": 2}]), source="t.toml")
     wl = s.workloads[0]
     assert wl.name == "mc" and 1 <= len(wl.isl) <= 4 and sum(wl.weight) == pytest.approx(1.0)
+
+
+def _toml_shaped(spec, root, profile, key) -> dict:
+    """The config of a binding point as the TOML a user would write for it (how the planner used to build it)."""
+    sched = {"tp": key.tp}
+    if key.max_num_seqs is not None:
+        sched["max_num_seqs"] = key.max_num_seqs
+    if key.max_num_batched_tokens is not None:
+        sched["max_num_batched_tokens"] = key.max_num_batched_tokens
+    if key.mode == "aggregated":
+        roles = {"aggregated": sched}
+    else:
+        pre = {"tp": key.tp, "replicas": key.prefill_workers}
+        if key.max_num_batched_tokens is not None:
+            pre["max_num_batched_tokens"] = key.max_num_batched_tokens
+        roles = {"prefill": pre, "decode": {**sched, "replicas": key.decode_workers}}
+    obj = {"model": profile.model, "system": key.system, "profile": str(root), "mode": key.mode, "nextn": key.nextn,
+           "block_size": spec.block_size, "roles": roles}
+    if key.version is not None:
+        obj["backend_version"] = key.version
+    if key.acceptance is not None:
+        a = key.acceptance.config_fields()
+        obj.update({k: list(v) if isinstance(v, tuple) else v for k, v in a.items()})
+    if spec.kv_transfer_gbps is not None and key.mode == "disaggregated":
+        obj["kv_transfer_gbps"] = spec.kv_transfer_gbps
+    return obj
+
+
+def test_binding_configs_are_what_the_config_reader_reads():
+    from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
+    from jaxsim.rules.config import config_from_dict
+
+    s = sp.spec_from_dict(_spec(kv_transfer_gbps=25.0, scheduler={"concurrency": [1], "max_num_seqs": ["recorded", 8],
+                                                                  "max_num_batched_tokens": [2048, "recorded"]}),
+                          source="t.toml")
+    n = 0
+    for axis in s.profiles:
+        root = resolve_profile_dir(axis.ref, s.base_dir)
+        profile = load_bundle(root).profile
+        for key in sp.binding_grid(s, axis, profile):
+            if key.nextn > 0 and key.acceptance is None:
+                continue
+            built = sp.deployment_config(s, root, profile, key)
+            read = config_from_dict(_toml_shaped(s, root, profile, key), source=built.source)
+            assert built == read and built.source == read.source
+            n += 1
+    # 3 serving choices x nextn (AR: profile → 0, 2 → 2 acceptances; SD K=3: 2 + 2 acceptances) x 2 x 2 envelopes
+    assert n == 3 * ((1 + 2) + (2 + 2)) * 2 * 2
+
+
+def test_gpus_over_the_documented_limit_are_refused_with_the_readers_words():
+    d = _spec(profile=[{"name": str(TABLES / "ar_core"), "tp": [64]}], serving={"mode": ["disaggregated"], "ratios": ["1024:1024"]},
+              speculation={})
+    del d["gpu_budget"]
+    p = sp.plan_sweep(sp.spec_from_dict(d, source="t.toml"))
+    assert p.num_bindings == 0 and p.groups == [] and p.num_configs == 0
+    (inv,) = p.invalid
+    assert inv.rule == "binding" and inv.bindings == 1 and inv.configs == 3 * 3
+    assert inv.example == ("ar_core tp=64 disaggregated 1024:1024 nextn=0: t.toml [ar_core tp=64 disaggregated 1024:1024 nextn=0]: "
+                           "roles: the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) must be an integer "
+                           ">= 1 and <= 65,536 (got 131,072) (docs/limits.md)")

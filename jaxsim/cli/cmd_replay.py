@@ -61,15 +61,16 @@ def configs_from_sweep(spec_path: Path):
     from jaxsim.sweep.verify import binding_replay_config
 
     plan = plan_sweep(load_spec(spec_path))
-    B, labels = plan.bindings, plan.labels
+    labels = plan.labels
     out = []
     for b in range(plan.num_bindings):
-        g = lambda k: int(B[k][b])  # noqa: E731
-        mode = labels["mode"][g("mode")]
+        row = plan.bindings.row(b)
+        mode = labels["mode"][row.mode]
         name = (
-            f"{labels['profile'][g('profile')]} tp={g('tp')} {mode}"
-            + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
-            + f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]} seqs={g('max_num_seqs')} tokens={g('max_num_batched_tokens')}"
+            f"{labels['profile'][row.profile]} tp={row.tp} {mode}"
+            + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
+            + f" nextn={row.nextn} {labels['acceptance'][row.acceptance]} seqs={row.max_num_seqs}"
+            + f" tokens={row.max_num_batched_tokens}"
         )
         out.append(binding_replay_config(plan, b, name))
     if not out:

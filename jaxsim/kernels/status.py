@@ -17,8 +17,9 @@ range     family   produced by
 
 Lookup codes 0–29 are the codes of the reference's lookup resolutions and are compared by the parity
 tests: never renumber them. Where several statuses combine into one (a sweep configuration uses many
-lookups), the worst is chosen by the explicit order :data:`SEVERITY` (:func:`worst`), never by comparing
-the numbers. Plain Python + NumPy: importing this module imports no JAX.
+lookups), the worst is chosen by the explicit order :data:`SEVERITY` (:func:`worst`; on arrays, NumPy or
+``jax.numpy``: :func:`worse`, :func:`worst_of`), never by comparing the numbers. Plain Python + NumPy:
+importing this module imports no JAX.
 """
 
 from __future__ import annotations
@@ -178,6 +179,23 @@ def name_table() -> list[str]:
     return list(_NAME_TABLE)
 
 
+def worse(a, b, xp=np):
+    """The worse of two status codes, elementwise, by :data:`SEVERITY` (int32). ``xp`` is the array
+    namespace: NumPy on the host, ``jax.numpy`` inside compiled code (this module imports no JAX)."""
+    rank = xp.asarray(RANK)
+    return xp.where(rank[b] > rank[a], b, a).astype(xp.int32)
+
+
+def worst_of(codes, used=None, xp=np):
+    """The worst of the ``used`` status codes (all when ``used`` is None; any shape) by :data:`SEVERITY`,
+    as an int32 scalar; :data:`EXACT` when none is used. ``xp`` as in :func:`worse`."""
+    codes = xp.asarray(codes, xp.int32).ravel()
+    ranks = xp.asarray(RANK)[codes]
+    if used is not None:
+        ranks = xp.where(xp.asarray(used).ravel(), ranks, -1)
+    return xp.where(xp.max(ranks) >= 0, codes[xp.argmax(ranks)], EXACT).astype(xp.int32)
+
+
 def worst(*codes: int | np.integer) -> int:
-    """The worst of some status codes by :data:`SEVERITY` (compiled code indexes :data:`RANK` instead)."""
+    """The worst of some status codes by :data:`SEVERITY` (Python ints; arrays: :func:`worst_of`)."""
     return max((int(c) for c in codes), key=lambda c: int(RANK[c]))

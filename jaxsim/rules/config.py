@@ -33,7 +33,7 @@ from jaxsim import limits
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",
-    "RoleConfig", "Overrides", "DeploymentConfig", "config_from_dict", "parse_config_text", "load_config",
+    "RoleConfig", "Overrides", "DeploymentConfig", "config_from_dict", "check_config", "parse_config_text", "load_config",
 ]
 
 ROLE_NAMES = ("aggregated", "prefill", "decode")
@@ -147,23 +147,36 @@ class DeploymentConfig:
 # schema (jaxsim.schema): structure, types and the documented limits; the binding judges the rest
 
 
+_PARALLEL = sc.Field(sc.Int(lo=1, limit="parallel"))
+_ROLE_FIELDS: dict[str, sc.Field] = {
+    "tp": _PARALLEL, "pp": _PARALLEL, "dp": _PARALLEL, "moe_tp": _PARALLEL, "moe_ep": _PARALLEL, "cp": _PARALLEL,
+    "dcp": sc.Field(sc.Int()),
+    "replicas": sc.Field(sc.Int(lo=1, limit="replicas")),
+    "profile": sc.Field(sc.Str()),
+    "max_num_batched_tokens": sc.Field(sc.Int(lo=1, limit="tokens")),
+    "max_num_seqs": sc.Field(sc.Int(lo=1, limit="max_num_seqs")),
+    "gpu_memory_utilization": sc.Field(sc.Num()),
+}
+
+
+def _check_dcp(doc: sc.Doc, path: str, dcp: int | None) -> None:
+    """dcp is absent unless stated; any stated value is checked by the binding, only its size here."""
+    if dcp is not None and abs(dcp) > limits.LIMITS["parallel"].hi:
+        raise doc.error(sc.sub(path, "dcp"), limits.problem("parallel", dcp) + " (docs/limits.md)")
+
+
+def _check_gpus(doc: sc.Doc, roles: tuple[RoleConfig, ...]) -> None:
+    gpus = sum(x.gpus * x.replicas for x in roles)
+    if (msg := limits.problem("gpus", gpus)) is not None:
+        raise doc.error("roles", f"the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) {msg} (docs/limits.md)")
+
+
 def _role_table(name: str) -> sc.Table:
     def make(doc: sc.Doc, path: str, d: dict) -> RoleConfig:
-        dcp = d.get("dcp")  # absent unless stated; any stated value is checked by the binding, only its size here
-        if dcp is not None and abs(dcp) > limits.LIMITS["parallel"].hi:
-            raise doc.error(sc.sub(path, "dcp"), limits.problem("parallel", dcp) + " (docs/limits.md)")
+        _check_dcp(doc, path, d.get("dcp"))
         return RoleConfig(name=name, **d)
 
-    par = sc.Field(sc.Int(lo=1, limit="parallel"))
-    return sc.Table({
-        "tp": par, "pp": par, "dp": par, "moe_tp": par, "moe_ep": par, "cp": par,
-        "dcp": sc.Field(sc.Int()),
-        "replicas": sc.Field(sc.Int(lo=1, limit="replicas")),
-        "profile": sc.Field(sc.Str()),
-        "max_num_batched_tokens": sc.Field(sc.Int(lo=1, limit="tokens")),
-        "max_num_seqs": sc.Field(sc.Int(lo=1, limit="max_num_seqs")),
-        "gpu_memory_utilization": sc.Field(sc.Num()),
-    }, make)
+    return sc.Table(_ROLE_FIELDS, make)
 
 
 _OVERRIDES = sc.Table(
@@ -203,10 +216,25 @@ def config_from_dict(obj: Mapping[str, Any], *, source: str = "<config>", base_d
     if "roles" not in kw:
         names = ("prefill", "decode") if kw.get("mode", "aggregated") == "disaggregated" else ("aggregated",)
         kw["roles"] = tuple(RoleConfig(name=n) for n in names)
-    gpus = sum(x.gpus * x.replicas for x in kw["roles"])
-    if (msg := limits.problem("gpus", gpus)) is not None:
-        raise doc.error("roles", f"the deployment's GPUs (tp x pp x dp x cp x replicas, summed over roles) {msg} (docs/limits.md)")
+    _check_gpus(doc, kw["roles"])
     return DeploymentConfig(**kw, source=source, base_dir=None if base_dir is None else Path(base_dir))
+
+
+def check_config(cfg: DeploymentConfig) -> DeploymentConfig:
+    """``cfg`` built in code, after the checks :func:`config_from_dict` makes of its roles: each role's
+    stated values (parallelism, replicas, scheduler envelope, memory fraction) by the same field types and
+    documented limits, and the deployment's GPUs. Raises the same one-line BindingError (``cfg.source``,
+    then the key path) the reader would for the equivalent TOML. Whether the config binds to a profile is
+    :mod:`jaxsim.rules.validate`'s question."""
+    doc = sc.Doc(cfg.source, BindingError)
+    for role in cfg.roles:
+        path = f"roles.{role.name}"
+        for key, f in _ROLE_FIELDS.items():
+            if (v := getattr(role, key)) is not None:
+                f.type.read(doc, v, f"{path}.{key}")
+        _check_dcp(doc, path, role.dcp)
+    _check_gpus(doc, cfg.roles)
+    return cfg
 
 
 def parse_config_text(text: str, *, source: str = "<config>", base_dir: str | os.PathLike | None = None) -> DeploymentConfig:

@@ -5,7 +5,7 @@
 * :mod:`jaxsim.sweep.run`: chunked, sharded, resumable streaming to parquet/CSV, Pareto frontier.
 """
 
-from jaxsim.sweep.evaluate import ConfigInputs, Metrics, Sla, evaluate_chunk, evaluate_config, expected_rounds
+from jaxsim.sweep.evaluate import ConfigInputs, Metrics, SLABounds, evaluate_chunk, evaluate_config, expected_rounds
 from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.sweep.run import OutputExistsError, SweepResult, run_sweep
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep, spec_from_dict
@@ -14,7 +14,7 @@ __all__ = [
     "ConfigInputs",
     "Metrics",
     "OutputExistsError",
-    "Sla",
+    "SLABounds",
     "SpecError",
     "SweepPlan",
     "SweepResult",

@@ -16,10 +16,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float64, Int, Int32, Int64
+from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
-from jaxsim.errors import InputError
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
 from jaxsim.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
@@ -34,6 +33,7 @@ from jaxsim.kernels.rounds import (
     decode_latency_ms,
     scheduler_pass_latency_ms,
 )
+from jaxsim.sla import PERCENTILE_KEYS, PERCENTILE_METRICS, PERCENTILES, SLA
 
 # What bounds the effective concurrency.
 LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
@@ -76,40 +76,34 @@ class ConfigInputs(eqx.Module):
     weight: Float64[ArrayLike, "*c W"]
 
 
-PERCENTILES = (50, 90, 99)
-PERCENTILE_METRICS = ("ttft", "tpot", "e2e")
-PERCENTILE_KEYS = tuple(f"p{p}_{m}_ms" for m in PERCENTILE_METRICS for p in PERCENTILES)  # SLA keys and result columns
-
-
-class Sla(eqx.Module):
-    """Service-level limits (inf/0 = no limit): mean TTFT, TPOT, E2E, per-user output rate, and
-    percentile limits ``pct_ms[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99) over the workload mix."""
+class SLABounds(eqx.Module):
+    """A :class:`~jaxsim.sla.SLA` as traced float64 scalars, field for field (``inf``, or 0 for the
+    minimum per-user rate, where the SLA states no limit). Percentile limits are over the workload mix."""
 
     max_ttft_ms: Float64[Array, ""]
     max_tpot_ms: Float64[Array, ""]
     min_tokens_per_s_per_user: Float64[Array, ""]
     max_e2e_ms: Float64[Array, ""]
-    pct_ms: Float64[Array, "3 3"]
+    p50_ttft_ms: Float64[Array, ""]
+    p90_ttft_ms: Float64[Array, ""]
+    p99_ttft_ms: Float64[Array, ""]
+    p50_tpot_ms: Float64[Array, ""]
+    p90_tpot_ms: Float64[Array, ""]
+    p99_tpot_ms: Float64[Array, ""]
+    p50_e2e_ms: Float64[Array, ""]
+    p90_e2e_ms: Float64[Array, ""]
+    p99_e2e_ms: Float64[Array, ""]
 
     @staticmethod
-    def make(max_ttft_ms: float | None = None, max_tpot_ms: float | None = None, min_tokens_per_s_per_user: float | None = None,
-             max_e2e_ms: float | None = None, **percentiles: float | None) -> "Sla":
-        """``percentiles``: keys of :data:`PERCENTILE_KEYS` (``p90_ttft_ms=2000.0``, ...)."""
-        inf = float("inf")
-        bad = set(percentiles) - set(PERCENTILE_KEYS)
-        if bad:
-            raise InputError(f"unknown percentile SLA key(s): {', '.join(sorted(bad))}")
-        pct = np.full((3, 3), inf)
-        for k, v in percentiles.items():
-            if v is not None:
-                pct[PERCENTILE_KEYS.index(k) // 3, PERCENTILE_KEYS.index(k) % 3] = v
-        return Sla(
-            jnp.float64(inf if max_ttft_ms is None else max_ttft_ms),
-            jnp.float64(inf if max_tpot_ms is None else max_tpot_ms),
-            jnp.float64(0.0 if min_tokens_per_s_per_user is None else min_tokens_per_s_per_user),
-            jnp.float64(inf if max_e2e_ms is None else max_e2e_ms),
-            jnp.asarray(pct, jnp.float64),
-        )
+    def of(sla: SLA | None = None) -> "SLABounds":
+        """The bounds of ``sla`` (None: no limit at all)."""
+        sla = SLA() if sla is None else sla
+        unset = lambda k: 0.0 if k == "min_tokens_per_s_per_user" else float("inf")  # noqa: E731
+        return SLABounds(**{k: jnp.float64(unset(k) if v is None else v) for k, v in vars(sla).items()})
+
+    def percentile_ms(self) -> Float64[Array, "3 3"]:
+        """The percentile limits as ``[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99)."""
+        return jnp.stack([getattr(self, k) for k in PERCENTILE_KEYS]).reshape(len(PERCENTILE_METRICS), len(PERCENTILES))
 
 
 def weighted_percentiles(values: Float64[Array, " W"], weights: Float64[Array, " W"]) -> Float64[Array, " 3"]:
@@ -194,23 +188,6 @@ expected_rounds_table = jit_x64(jax.vmap(expected_rounds, in_axes=(0, 0, None)),
 # per-quantity pieces (one configuration)
 
 
-def worse_status(a: Int[Array, "*n"], b: Int[Array, "*n"]) -> Int32[Array, "*n"]:
-    """The worse of two status codes by the registry's explicit order (:data:`jaxsim.kernels.status.SEVERITY`)."""
-    rank = jnp.asarray(st.RANK)
-    return jnp.where(rank[b] > rank[a], b, a).astype(jnp.int32)
-
-
-def worst_status(codes: Int[Array, "..."], used: Bool[Array, "..."] | None = None) -> Int32[Array, ""]:
-    """The worst status among the ``used`` codes by :data:`~jaxsim.kernels.status.SEVERITY` (``EXACT`` if none)."""
-    codes = jnp.asarray(codes, jnp.int32).ravel()
-    ranks = jnp.asarray(st.RANK)[codes]
-    if used is not None:
-        ranks = jnp.where(jnp.asarray(used).ravel(), ranks, -1)
-    return jnp.where(jnp.max(ranks) >= 0, codes[jnp.argmax(ranks)], st.EXACT).astype(jnp.int32)
-
-
-
-
 def decode_round_ms_at(
     t: RoundTable, batch: Int64[Array, ""], kv_per_request: Float64[Array, " Q"]
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
@@ -218,7 +195,7 @@ def decode_round_ms_at(
     total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted."""
     kv = jnp.round(batch.astype(jnp.float64) * kv_per_request).astype(jnp.int64)
     lat, code = jax.vmap(decode_latency_ms, in_axes=(None, None, 0))(t, batch, kv)
-    return jnp.sum(GL_WEIGHTS * lat), worst_status(code)
+    return jnp.sum(GL_WEIGHTS * lat), st.worst_of(code, xp=jnp)
 
 
 def prompt_prefill_ms(
@@ -253,7 +230,7 @@ def prompt_prefill_ms(
     lat, code = flat(t, one, toks.ravel(), kvs.ravel(), num_decode, decode_kv_tokens)
     lat, code = lat.reshape(toks.shape), code.reshape(toks.shape)
     used = (wts > 0) & live[:, None]
-    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), worst_status(code, used)
+    return jnp.sum(jnp.where(used, wts * lat, 0.0), axis=1), st.worst_of(code, used, jnp)
 
 
 def _share(w, x):
@@ -289,12 +266,199 @@ def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
     return jnp.maximum(n, 1), limit.astype(jnp.int32), code
 
 
+class Mix(eqx.Module):
+    """One configuration's workload mix: class weights normalised to 1, the live classes (weight > 0),
+    expected decode rounds per class and their mean."""
+
+    w: Float64[Array, " W"]
+    live: Bool[Array, " W"]
+    rounds_w: Float64[Array, " W"]
+    r_bar: Float64[Array, ""]
+
+
+def workload_mix(cfg: ConfigInputs, rounds_table: Float64[Array, "A M"]) -> Mix:
+    """Weights and expected rounds of the mix (``rounds_table[a, m]``: rounds to emit m tokens)."""
+    w = jnp.maximum(cfg.weight, 0.0)
+    w = w / jnp.maximum(jnp.sum(w), 1e-300)
+    m_max = rounds_table.shape[1] - 1
+    rounds_w = rounds_table[cfg.acceptance_id, jnp.clip(cfg.osl - 1, 0, m_max)]
+    return Mix(w=w, live=cfg.weight > 0, rounds_w=rounds_w, r_bar=jnp.sum(w * rounds_w))
+
+
+class Passes(eqx.Module):
+    """The engine's pass structure at ``n`` decoding requests: decodes are scheduled first and prompts
+    are chunked into the rest of the token budget (disaggregated: the prefill worker's whole budget)."""
+
+    chunk: Int64[Array, ""]  # prefill tokens per chunk
+    c_bar: Float64[Array, ""]  # mean prefill chunks per request
+    passes: Float64[Array, ""]  # engine passes per completed request
+    frac_mixed: Float64[Array, ""]  # share of passes that carry a prefill chunk
+    prefill_bound: Bool[Array, ""]  # every pass carries a chunk
+    n_mixed: Int64[Array, ""]  # decoders beside a prefill chunk (0 when disaggregated)
+
+
+def pass_structure(cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix, n: Int64[Array, ""]) -> Passes:
+    nf = n.astype(jnp.float64)
+    step = cfg.nextn + 1  # scheduler tokens per decoding request per pass
+    chunk = jnp.where(disagg, cfg.prefill_max_num_batched_tokens, cfg.max_num_batched_tokens - (n - 1) * step)
+    chunks_w = ((cfg.isl + chunk - 1) // chunk).astype(jnp.float64)
+    c_bar = jnp.sum(mix.w * chunks_w)
+    passes = jnp.maximum((mix.r_bar + c_bar) / nf, c_bar)
+    frac_mixed = c_bar / passes
+    prefill_bound = frac_mixed >= 1.0
+    # nearest integer when prefill-bound
+    n_mixed = jnp.where(prefill_bound, jnp.round(mix.r_bar / passes), nf - 1.0).astype(jnp.int64)
+    return Passes(chunk=chunk, c_bar=c_bar, passes=passes, frac_mixed=frac_mixed, prefill_bound=prefill_bound,
+                  n_mixed=jnp.where(disagg, 0, n_mixed))
+
+
+class Lookups(eqx.Module):
+    """The round-time lookups of one configuration: the decode round of ``n`` requests over the decode
+    trajectory, and per class the passes carrying its prompt's prefill chunks (with their statuses)."""
+
+    kv_q: Float64[Array, " Q"]  # mean past KV per decoding request at the trajectory nodes
+    round_ms: Float64[Array, ""]
+    round_code: Int32[Array, ""]
+    prompt_ms: Float64[Array, " W"]
+    prompt_code: Int32[Array, ""]
+
+
+def price_lookups(prefill_table: RoundTable, decode_table: RoundTable, cfg: ConfigInputs, mix: Mix,
+                  n: Int64[Array, ""], p: Passes) -> Lookups:
+    share = _share(mix.w, mix.rounds_w)
+    kv_q = _decode_kv_per_request(cfg, share, jnp.asarray(GL_NODES))
+    kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
+    round_ms, round_code = decode_round_ms_at(decode_table, n, kv_q)
+    mixed_kv = jnp.round(p.n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64)
+    prompt_ms, prompt_code = prompt_prefill_ms(prefill_table, cfg.isl, p.chunk, p.n_mixed, mixed_kv, mix.live)
+    return Lookups(kv_q=kv_q, round_ms=round_ms, round_code=round_code, prompt_ms=prompt_ms, prompt_code=prompt_code)
+
+
+class Served(eqx.Module):
+    """What one serving mode gives one configuration: its request rate, the round a decoding request sees,
+    the mean pass, TTFT per class, the decode batch and the mode's own status."""
+
+    rate: Float64[Array, ""]  # completed requests per ms (one serving unit)
+    round_ms: Float64[Array, ""]
+    pass_ms: Float64[Array, ""]
+    ttft_w: Float64[Array, " W"]
+    decode_batch: Float64[Array, ""]
+    code: Int32[Array, ""]
+
+
+def serve_aggregated(cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], p: Passes, lk: Lookups) -> Served:
+    """One engine, a closed loop of ``concurrency`` clients: the mean pass sets throughput; a decoding
+    request sees passes weighted by its peers."""
+    nf = n.astype(jnp.float64)
+    mixed_bar = jnp.sum(mix.w * lk.prompt_ms) / jnp.maximum(p.c_bar, 1e-300)
+    only_ms = jnp.where(p.prefill_bound, 0.0, lk.round_ms)  # decode-only passes never happen when prefill-bound
+    pass_ms = p.frac_mixed * mixed_bar + (1.0 - p.frac_mixed) * only_ms
+    dec_mixed = p.frac_mixed * p.n_mixed
+    dec_only = (1.0 - p.frac_mixed) * nf
+    round_ms = (dec_mixed * mixed_bar + dec_only * only_ms) / jnp.maximum(dec_mixed + dec_only, 1e-300)
+    rate = 1.0 / (p.passes * pass_ms)
+    wait = jnp.maximum(nf * p.passes - mix.r_bar - p.c_bar, 0.0) * pass_ms + (cfg.concurrency - n) / rate
+    return Served(rate=rate, round_ms=round_ms, pass_ms=pass_ms, ttft_w=wait + lk.prompt_ms,
+                  decode_batch=mix.r_bar / p.passes, code=jnp.where(p.prefill_bound, st.EXACT, lk.round_code))
+
+
+def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix,
+                        n: Int64[Array, ""], lk: Lookups) -> Served:
+    """x prefill and y decode workers, rate-matched: decode workers run at the batch the prefill pool can
+    feed; the first token reaches the client with the decode worker's first round."""
+    nf = n.astype(jnp.float64)
+    x = cfg.prefill_workers.astype(jnp.float64)
+    y = cfg.decode_workers.astype(jnp.float64)
+    rate_decode = y * nf / ((mix.r_bar + 1.0) * lk.round_ms)  # + the round that delivers the first token
+    rate_prefill = x / jnp.sum(mix.w * lk.prompt_ms)
+    feed_bound = disagg & (rate_prefill < rate_decode)
+    n_eff = jnp.where(feed_bound, jnp.clip(jnp.round(nf * rate_prefill / rate_decode), 1.0, nf), nf)
+    round_eff, code_eff = jax.lax.cond(
+        disagg, lambda: decode_round_ms_at(decode_table, n_eff.astype(jnp.int64), lk.kv_q), lambda: (lk.round_ms, lk.round_code)
+    )
+    round_ms = jnp.where(feed_bound, round_eff, lk.round_ms)
+    rate = jnp.minimum(rate_prefill, rate_decode)
+    xfer_w = capacity.kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
+    wait = y * (cfg.concurrency - n_eff) / rate
+    prompt_blocks = capacity.blocks_for(cfg.isl, jnp.maximum(cfg.block_size, 1))
+    code = st.worse(
+        jnp.where(feed_bound, code_eff, lk.round_code),
+        jnp.where(jnp.any(mix.live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
+        jnp,
+    )
+    return Served(rate=rate, round_ms=round_ms, pass_ms=round_ms, ttft_w=wait + lk.prompt_ms + xfer_w + round_ms,
+                  decode_batch=n_eff, code=code)
+
+
+def serving_gpus(cfg: ConfigInputs, disagg: Bool[Array, ""]) -> Float64[Array, ""]:
+    """GPUs of one serving unit."""
+    x = cfg.prefill_workers.astype(jnp.float64)
+    y = cfg.decode_workers.astype(jnp.float64)
+    return jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
+
+
+def mix_percentiles(ttft_w: Float64[Array, " W"], tpot_w: Float64[Array, " W"], e2e_w: Float64[Array, " W"],
+                    w: Float64[Array, " W"], generates: Bool[Array, " W"]) -> Float64[Array, "3 3"]:
+    """``[metric, p]`` percentiles over the workload mix: each class's latency with its weight (TPOT over
+    the classes that generate past their first token). The queueing wait is the model's constant (its
+    mean), so the spread comes from the classes' lengths only (docs/sweep.md)."""
+    return jnp.stack([
+        weighted_percentiles(ttft_w, w),
+        weighted_percentiles(tpot_w, w * generates),
+        weighted_percentiles(e2e_w, w),
+    ])
+
+
+def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABounds, mix: Mix, n: Int64[Array, ""],
+                         limit: Int32[Array, ""], p: Passes, served: Served, status: Int32[Array, ""]) -> Metrics:
+    """Means and percentiles over the mix, throughput per GPU and the SLA judgment (NaN when unsupported)."""
+    w = mix.w
+    decode_w = mix.rounds_w * served.round_ms
+    out_tok = jnp.sum(w * cfg.osl)
+    gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
+    tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
+    tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
+    ttft = jnp.sum(w * served.ttft_w)
+    e2e = jnp.sum(w * (served.ttft_w + decode_w))
+    rate_s = served.rate * 1e3
+    tps_user = jnp.where(tpot > 0, 1e3 / tpot, jnp.inf)
+    ok = status < st.FIRST_UNSUPPORTED
+
+    def nan(v):
+        return jnp.where(ok, v, jnp.nan)
+
+    pct = mix_percentiles(served.ttft_w, tpot_w, served.ttft_w + decode_w, w, gen > 0)
+    sla_ok = (ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
+              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.percentile_ms()))
+    return Metrics(
+        status=status,
+        limit=limit,
+        concurrency=n,
+        decode_batch=nan(served.decode_batch),
+        round_ms=nan(served.round_ms),
+        pass_ms=nan(served.pass_ms),
+        prefill_chunks=p.c_bar,
+        rounds=mix.r_bar,
+        tokens_per_round=jnp.sum(w * gen) / jnp.maximum(mix.r_bar, 1e-300),
+        ttft_ms=nan(ttft),
+        tpot_ms=nan(tpot),
+        e2e_ms=nan(e2e),
+        request_rate_per_s=nan(rate_s),
+        output_tokens_per_s_per_gpu=nan(rate_s * out_tok / serving_gpus(cfg, disagg)),
+        tokens_per_s_per_user=nan(tps_user),
+        ttft_p50_ms=nan(pct[0, 0]), ttft_p90_ms=nan(pct[0, 1]), ttft_p99_ms=nan(pct[0, 2]),
+        tpot_p50_ms=nan(pct[1, 0]), tpot_p90_ms=nan(pct[1, 1]), tpot_p99_ms=nan(pct[1, 2]),
+        e2e_p50_ms=nan(pct[2, 0]), e2e_p90_ms=nan(pct[2, 1]), e2e_p99_ms=nan(pct[2, 2]),
+        sla_ok=sla_ok,
+    )
+
+
 def evaluate_config(
     prefill_table: RoundTable,
     decode_table: RoundTable,
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
-    sla: Sla,
+    sla: SLABounds,
     cfg: ConfigInputs,
 ) -> Metrics:
     """Steady-state metrics of ONE configuration (the model is in docs/sweep.md).
@@ -305,118 +469,15 @@ def evaluate_config(
     m tokens under acceptance setting a (:func:`expected_rounds`).
     """
     ensure_x64()
-    disagg = disaggregated
-    w = jnp.maximum(cfg.weight, 0.0)
-    w = w / jnp.maximum(jnp.sum(w), 1e-300)
-    live = cfg.weight > 0
-    step = cfg.nextn + 1  # scheduler tokens per decoding request per pass
-    m_max = rounds_table.shape[1] - 1
-    rounds_w = rounds_table[cfg.acceptance_id, jnp.clip(cfg.osl - 1, 0, m_max)]
-    r_bar = jnp.sum(w * rounds_w)
-    n, limit, cap_code = effective_concurrency(cfg, rounds_w, w, live)
-    nf = n.astype(jnp.float64)
-
-    # aggregated pass structure: decodes are scheduled first, prompts are chunked into the rest
-    chunk = jnp.where(disagg, cfg.prefill_max_num_batched_tokens, cfg.max_num_batched_tokens - (n - 1) * step)
-    chunks_w = ((cfg.isl + chunk - 1) // chunk).astype(jnp.float64)
-    c_bar = jnp.sum(w * chunks_w)
-    passes = jnp.maximum((r_bar + c_bar) / nf, c_bar)  # engine passes per completed request
-    frac_mixed = c_bar / passes
-    prefill_bound = frac_mixed >= 1.0
-    # decoders beside a prefill chunk (nearest integer when prefill-bound)
-    n_mixed = jnp.where(prefill_bound, jnp.round(r_bar / passes), nf - 1.0).astype(jnp.int64)
-    n_mixed = jnp.where(disagg, 0, n_mixed)
-
-    share = _share(w, rounds_w)
-    kv_q = _decode_kv_per_request(cfg, share, jnp.asarray(GL_NODES))
-    kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
-    round_full, code_full = decode_round_ms_at(decode_table, n, kv_q)
-    mixed_kv = jnp.round(n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64)
-    prompt_w, pcode = prompt_prefill_ms(prefill_table, cfg.isl, chunk, n_mixed, mixed_kv, live)
-
-    # aggregated: the mean pass sets throughput; a decoding request sees passes weighted by its peers
-    mixed_bar = jnp.sum(w * prompt_w) / jnp.maximum(c_bar, 1e-300)
-    only_ms = jnp.where(prefill_bound, 0.0, round_full)  # decode-only passes never happen when prefill-bound
-    pass_agg = frac_mixed * mixed_bar + (1.0 - frac_mixed) * only_ms
-    dec_mixed = frac_mixed * n_mixed
-    dec_only = (1.0 - frac_mixed) * nf
-    round_agg = (dec_mixed * mixed_bar + dec_only * only_ms) / jnp.maximum(dec_mixed + dec_only, 1e-300)
-    rate_agg = 1.0 / (passes * pass_agg)  # requests per ms
-    wait_agg = jnp.maximum(nf * passes - r_bar - c_bar, 0.0) * pass_agg + (cfg.concurrency - n) / rate_agg
-    code_agg = jnp.where(prefill_bound, st.EXACT, code_full)
-
-    # disaggregated: decode workers run at the batch the prefill pool can feed
-    x = cfg.prefill_workers.astype(jnp.float64)
-    y = cfg.decode_workers.astype(jnp.float64)
-    rate_decode = y * nf / ((r_bar + 1.0) * round_full)  # + the round that delivers the first token
-    rate_prefill = x / jnp.sum(w * prompt_w)
-    feed_bound = disagg & (rate_prefill < rate_decode)
-    n_eff = jnp.where(feed_bound, jnp.clip(jnp.round(nf * rate_prefill / rate_decode), 1.0, nf), nf)
-    round_eff, code_eff = jax.lax.cond(
-        disagg, lambda: decode_round_ms_at(decode_table, n_eff.astype(jnp.int64), kv_q), lambda: (round_full, code_full)
-    )
-    round_dis = jnp.where(feed_bound, round_eff, round_full)
-    rate_dis = jnp.minimum(rate_prefill, rate_decode)
-    xfer_w = capacity.kv_transfer_ms(cfg.isl, cfg.kv_bytes_per_token, cfg.kv_transfer_bytes_per_s)
-    wait_dis = y * (cfg.concurrency - n_eff) / rate_dis
-    prompt_blocks = capacity.blocks_for(cfg.isl, jnp.maximum(cfg.block_size, 1))
-    code_dis = worse_status(
-        jnp.where(feed_bound, code_eff, code_full),
-        jnp.where(jnp.any(live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
-    )
-
-    rate = jnp.where(disagg, rate_dis, rate_agg)
-    round_ms = jnp.where(disagg, round_dis, round_agg)
-    pass_ms = jnp.where(disagg, round_dis, pass_agg)
-    # disaggregated: the first token reaches the client with the decode worker's first round
-    ttft_w = jnp.where(disagg, wait_dis + prompt_w + xfer_w + round_dis, wait_agg + prompt_w)
-    decode_w = rounds_w * jnp.where(disagg, round_dis, round_agg)
-    gpus = jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
-    status = worse_status(worse_status(cap_code, pcode), jnp.where(disagg, code_dis, code_agg))
-
-    out_tok = jnp.sum(w * cfg.osl)
-    gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
-    tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
-    tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
-    ttft = jnp.sum(w * ttft_w)
-    e2e = jnp.sum(w * (ttft_w + decode_w))
-    rate_s = rate * 1e3
-    tps_user = jnp.where(tpot > 0, 1e3 / tpot, jnp.inf)
-    ok = status < st.FIRST_UNSUPPORTED
-
-    def nan(v):
-        return jnp.where(ok, v, jnp.nan)
-
-    # percentiles over the workload mix: each class's latency with its weight; the queueing wait is the
-    # model's constant (its mean), so the spread comes from the classes' lengths only (docs/sweep.md)
-    pct = jnp.stack([
-        weighted_percentiles(ttft_w, w),
-        weighted_percentiles(tpot_w, w * (gen > 0)),
-        weighted_percentiles(ttft_w + decode_w, w),
-    ])
-    sla_ok = (ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
-              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.pct_ms))
-    return Metrics(
-        status=status,
-        limit=limit,
-        concurrency=n,
-        decode_batch=nan(jnp.where(disagg, n_eff, r_bar / passes)),
-        round_ms=nan(round_ms),
-        pass_ms=nan(pass_ms),
-        prefill_chunks=c_bar,
-        rounds=r_bar,
-        tokens_per_round=jnp.sum(w * gen) / jnp.maximum(r_bar, 1e-300),
-        ttft_ms=nan(ttft),
-        tpot_ms=nan(tpot),
-        e2e_ms=nan(e2e),
-        request_rate_per_s=nan(rate_s),
-        output_tokens_per_s_per_gpu=nan(rate_s * out_tok / gpus),
-        tokens_per_s_per_user=nan(tps_user),
-        ttft_p50_ms=nan(pct[0, 0]), ttft_p90_ms=nan(pct[0, 1]), ttft_p99_ms=nan(pct[0, 2]),
-        tpot_p50_ms=nan(pct[1, 0]), tpot_p90_ms=nan(pct[1, 1]), tpot_p99_ms=nan(pct[1, 2]),
-        e2e_p50_ms=nan(pct[2, 0]), e2e_p90_ms=nan(pct[2, 1]), e2e_p99_ms=nan(pct[2, 2]),
-        sla_ok=sla_ok,
-    )
+    mix = workload_mix(cfg, rounds_table)
+    n, limit, capacity_code = effective_concurrency(cfg, mix.rounds_w, mix.w, mix.live)
+    passes = pass_structure(cfg, disaggregated, mix, n)
+    lookups = price_lookups(prefill_table, decode_table, cfg, mix, n, passes)
+    aggregated = serve_aggregated(cfg, mix, n, passes, lookups)
+    disagg = serve_disaggregated(decode_table, cfg, disaggregated, mix, n, lookups)
+    served = jax.tree.map(lambda d, a: jnp.where(disaggregated, d, a), disagg, aggregated)
+    status = st.worse(st.worse(capacity_code, lookups.prompt_code, jnp), served.code, jnp)
+    return steady_state_metrics(cfg, disaggregated, sla, mix, n, limit, passes, served, status)
 
 
 def evaluate_chunk(
@@ -425,7 +486,7 @@ def evaluate_chunk(
     decode_index: Int64[Array, ""],
     disaggregated: Bool[Array, ""],
     rounds_table: Float64[Array, "A M"],
-    sla: Sla,
+    sla: SLABounds,
     cfgs: ConfigInputs,
 ) -> Metrics:
     """:func:`evaluate_config` over a chunk of configurations that share their tables and serving mode."""

@@ -35,6 +35,7 @@ import jaxsim
 from jaxsim._jax import compile_cached, ensure_x64, jit_x64
 from jaxsim.devices import batch_sharding, replicated
 from jaxsim.errors import JaxsimError
+from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import stack_round_tables
 from jaxsim.outputs import publish, temp_path
@@ -53,14 +54,7 @@ METRIC_COLUMNS = (
     "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
     "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "sla_ok",
 )
-_STATUS_NAMES = tuple(ev.st.name_table())
-_STATUS_DICT = pa.array(list(_STATUS_NAMES), pa.string())
-
-
-def _status_name(code: int | np.integer) -> str:
-    return _STATUS_NAMES[code] if 0 <= code < len(_STATUS_NAMES) else f"unknown:{code}"
-
-
+_STATUS_DICT = pa.array(st.name_table(), pa.string())
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
 X_COL = "tokens_per_s_per_user"
 Y_COL = "output_tokens_per_s_per_gpu"
@@ -121,8 +115,7 @@ class Evaluator:
         put = lambda x: jax.device_put(x, self.rep)  # noqa: E731
         self.stack = put(stack_round_tables(plan.tables)) if plan.tables else None
         self.rounds = put(plan.rounds_table()) if plan.tables else None
-        s = plan.spec.sla
-        self.sla = put(ev.Sla.make(**s.limits()))
+        self.sla = put(ev.SLABounds.of(plan.spec.sla))
         self.compiled = None
         self.compile_s = 0.0
         self.compiles = 0
@@ -442,19 +435,19 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
             wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
             sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
             feasible += int(sla_col.sum())
-            nc = max(len(_STATUS_NAMES), int(st_col.max()) + 1 if st_col.size else 0)
+            nc = max(st.NUM_CODES, int(st_col.max()) + 1 if st_col.size else 0)
             nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
             by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
             sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
             for c in np.flatnonzero(by.sum(axis=0)):
-                status_counts[_status_name(c)] = status_counts.get(_status_name(c), 0) + int(by[:, c].sum())
+                status_counts[st.name(c)] = status_counts.get(st.name(c), 0) + int(by[:, c].sum())
             for wi in np.flatnonzero(by.sum(axis=1)):
                 d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
                 d["configs"] += int(by[wi].sum())
-                d["supported"] += int(by[wi, : ev.st.FIRST_UNSUPPORTED].sum())
+                d["supported"] += int(by[wi, : st.FIRST_UNSUPPORTED].sum())
                 d["sla_feasible"] += int(sla_by[wi])
-                for c in np.flatnonzero(by[wi, ev.st.FIRST_UNSUPPORTED:]) + ev.st.FIRST_UNSUPPORTED:
-                    d["refusals"][_status_name(c)] = d["refusals"].get(_status_name(c), 0) + int(by[wi, c])
+                for c in np.flatnonzero(by[wi, st.FIRST_UNSUPPORTED:]) + st.FIRST_UNSUPPORTED:
+                    d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
     except BaseException:
         for t in (tmp, tmp_csv):
             if t is not None and t.exists():

@@ -6,44 +6,50 @@ concurrency and workloads, plus an SLA and a GPU budget (format: ``docs/sweep.md
 example: ``configs/quickstart.toml``).
 
 :func:`plan_sweep` validates every distinct *binding* (profile deployment × mode × nextn × acceptance ×
-scheduler envelope) once, in plain Python, through :func:`jaxsim.rules.validate.validate_config` /
-:func:`jaxsim.deploy.binding.bind`. Invalid bindings are counted with their reasons. The valid ones form the
-outer digit of a mixed-radix index (binding, concurrency, workload); :meth:`SweepPlan.inputs` decodes a
-range of config indices into arrays without creating a Python object per config.
+scheduler envelope) once, in plain Python: :func:`binding_grid` lists each profile axis's points (a
+:class:`BindingKey` each; ``itertools.product`` over the spec's axes), :func:`deployment_config` builds each
+point's :class:`~jaxsim.rules.config.DeploymentConfig` directly and :func:`bind_key` checks and binds it
+(:func:`jaxsim.rules.config.check_config`, :func:`jaxsim.rules.validate.validate_config`,
+:func:`jaxsim.deploy.binding.bind`). Invalid bindings are counted with their reasons. The valid ones are typed
+columns (:class:`Bindings`) and form the outer digit of a mixed-radix index (binding, concurrency,
+workload); :meth:`SweepPlan.inputs` decodes a range of config indices into arrays without creating a
+Python object per config.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tomllib
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float64, Int64
 
 from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
-from jaxsim.deploy.binding import bind
-from jaxsim.rules.config import config_from_dict
+from jaxsim.deploy.binding import Binding, bind
+from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
-from jaxsim.profile.model import DATA_SOURCES
+from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.sla import SLA
 from jaxsim.sweep import evaluate as ev
 
 __all__ = [
     "MODES", "RECORDED", "PROFILE_NEXTN", "DEFAULT_BLOCK_SIZE", "MAX_WORKLOAD_CLASSES", "SpecError", "ProfileAxis",
-    "Acceptance", "Workload", "SweepSpec", "Invalid", "SweepPlan", "spec_from_dict", "load_spec", "plan_sweep",
-    "trace_classes",
+    "Acceptance", "Workload", "SweepSpec", "Invalid", "BindingKey", "Bindings", "TableGroup", "SweepPlan", "spec_from_dict",
+    "load_spec", "binding_grid", "deployment_config", "bind_key", "plan_sweep", "trace_classes",
 ]
 
 MODES = ("aggregated", "disaggregated")
@@ -81,10 +87,10 @@ class Acceptance:
     def config_fields(self) -> dict:
         """The deployment-config fields for this setting (a preset is resolved to its rates here)."""
         if self.kind == "preset":
-            return {"accept_rates": [float(x) for x in acc.get_preset(self.value).conditional_rates]}
+            return {"accept_rates": tuple(float(x) for x in acc.get_preset(self.value).conditional_rates)}
         if self.kind == "accepted":
             return {"accepted_tokens": float(self.value)}
-        return {"accept_rates": [float(x) for x in self.value]}
+        return {"accept_rates": tuple(float(x) for x in self.value)}
 
 
 @dataclass(frozen=True)
@@ -337,14 +343,6 @@ def load_spec(path: str | os.PathLike) -> SweepSpec:
 # ----------------------------------------------------------------------------------------------------
 # plan: bindings validated once, configs decoded lazily
 
-# integer columns of the per-binding table (one row per valid binding)
-_BINDING_INT = (
-    "profile", "system", "mode", "acceptance", "acceptance_id", "prefill_workers", "decode_workers", "prefill_tp", "tp",
-    "gpus", "replicas", "nextn", "max_num_seqs", "prefill_max_num_seqs", "max_num_batched_tokens", "prefill_max_num_batched_tokens",
-    "kv_blocks", "prefill_kv_blocks", "block_size", "max_model_len", "kv_bytes_per_token", "prefill_table",
-    "decode_table", "group", "data_source",
-)
-
 
 @dataclass(frozen=True)
 class Invalid:
@@ -354,6 +352,106 @@ class Invalid:
     bindings: int
     configs: int
     example: str
+
+
+@dataclass(frozen=True)
+class BindingKey:
+    """One point of a spec's binding grid: a profile deployment (TP, system, backend version) × serving
+    (mode; x prefill : y decode workers) × speculation (nextn, acceptance) × scheduler envelope."""
+
+    profile: ProfileAxis
+    tp: int
+    system: str
+    version: str | None
+    mode: str
+    prefill_workers: int  # x (0 when aggregated)
+    decode_workers: int  # y (1 when aggregated)
+    nextn: int
+    acceptance: Acceptance | None  # None: autoregressive, or nextn > 0 with no acceptance setting (refused)
+    max_num_seqs: int | None  # None = the profile's recorded value
+    max_num_batched_tokens: int | None
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.mode == "disaggregated"
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one serving unit."""
+        return (self.prefill_workers + self.decode_workers) * self.tp if self.disaggregated else self.tp
+
+    def describe(self) -> str:
+        """How refusals name this binding (a missing acceptance is refused for every serving mode at once)."""
+        if self.nextn > 0 and self.acceptance is None:
+            return f"{self.profile.label} tp={self.tp} nextn={self.nextn}"
+        serving = f" {self.prefill_workers}:{self.decode_workers}" if self.disaggregated else ""
+        accept = f" {self.acceptance.label}" if self.acceptance else ""
+        return f"{self.profile.label} tp={self.tp} {self.mode}{serving} nextn={self.nextn}{accept}"
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """The valid bindings of a plan as typed columns (leading axis ``*b``; one binding: scalars).
+
+    Label columns (``profile``, ``system``, ``mode``, ``acceptance``) are codes into
+    :attr:`SweepPlan.labels`, ``data_source`` a code into ``DATA_SOURCES``. The unprefixed envelope and KV
+    pool are the decode (or aggregated) role's, ``prefill_*`` the prefill role's (aggregated: the engine's).
+    """
+
+    profile: Int64[ArrayLike, "*b"]
+    system: Int64[ArrayLike, "*b"]
+    mode: Int64[ArrayLike, "*b"]
+    acceptance: Int64[ArrayLike, "*b"]
+    acceptance_id: Int64[ArrayLike, "*b"]  # row of SweepPlan.rates
+    prefill_workers: Int64[ArrayLike, "*b"]
+    decode_workers: Int64[ArrayLike, "*b"]
+    prefill_tp: Int64[ArrayLike, "*b"]
+    tp: Int64[ArrayLike, "*b"]
+    gpus: Int64[ArrayLike, "*b"]  # one serving unit
+    replicas: Int64[ArrayLike, "*b"]  # serving units in the GPU budget (1 without one)
+    nextn: Int64[ArrayLike, "*b"]
+    max_num_seqs: Int64[ArrayLike, "*b"]
+    prefill_max_num_seqs: Int64[ArrayLike, "*b"]
+    max_num_batched_tokens: Int64[ArrayLike, "*b"]
+    prefill_max_num_batched_tokens: Int64[ArrayLike, "*b"]
+    kv_blocks: Int64[ArrayLike, "*b"]
+    prefill_kv_blocks: Int64[ArrayLike, "*b"]
+    block_size: Int64[ArrayLike, "*b"]
+    max_model_len: Int64[ArrayLike, "*b"]
+    kv_bytes_per_token: Int64[ArrayLike, "*b"]
+    prefill_table: Int64[ArrayLike, "*b"]  # index into SweepPlan.tables
+    decode_table: Int64[ArrayLike, "*b"]
+    group: Int64[ArrayLike, "*b"]  # index into SweepPlan.groups
+    data_source: Int64[ArrayLike, "*b"]
+    kv_transfer_bytes_per_s: Float64[ArrayLike, "*b"]  # the P/D link (1.0 when aggregated)
+
+    @staticmethod
+    def stack(rows: Sequence["Bindings"]) -> "Bindings":
+        """One column per field from single bindings (int64; the link bandwidth float64)."""
+        return Bindings(**{f.name: np.asarray([getattr(r, f.name) for r in rows],
+                                              np.float64 if f.name == "kv_transfer_bytes_per_s" else np.int64)
+                           for f in fields(Bindings)})
+
+    def take(self, index: np.ndarray) -> "Bindings":
+        """The bindings at ``index`` (columns)."""
+        return Bindings(**{k: v[index] for k, v in vars(self).items()})
+
+    def row(self, b: int) -> "Bindings":
+        """Binding ``b`` as Python scalars."""
+        return Bindings(**{k: v[b].item() for k, v in vars(self).items()})
+
+    def __len__(self) -> int:
+        return int(np.shape(self.tp)[0])
+
+
+class TableGroup(NamedTuple):
+    """A contiguous range of configs whose bindings share their round tables and serving mode."""
+
+    start: int  # first config
+    stop: int  # end config (exclusive)
+    prefill_table: int
+    decode_table: int
+    disaggregated: bool
 
 
 @dataclass(eq=False)
@@ -366,13 +464,12 @@ class SweepPlan:
 
     spec: SweepSpec
     labels: dict[str, list[str]]
-    bindings: dict[str, np.ndarray]
+    bindings: Bindings
     rates: np.ndarray  # [A, 5] per acceptance id
     rates_nextn: np.ndarray  # [A]
     accepted_mean: np.ndarray  # [A] expected accepted drafts per round
-    link_bytes_per_s: np.ndarray  # [B]
     tables: list[RoundTable]
-    groups: list[tuple[int, int, int, int, bool]]  # (first config, end config, prefill table, decode table, disagg)
+    groups: list[TableGroup]
     invalid: list[Invalid]
     wl_isl: np.ndarray  # [nW, W]
     wl_osl: np.ndarray
@@ -387,7 +484,7 @@ class SweepPlan:
 
     @property
     def num_bindings(self) -> int:
-        return int(self.bindings["tp"].shape[0])
+        return len(self.bindings)
 
     @property
     def num_configs(self) -> int:
@@ -417,26 +514,24 @@ class SweepPlan:
     def inputs(self, idx: np.ndarray) -> ev.ConfigInputs:
         """Numpy :class:`~jaxsim.sweep.evaluate.ConfigInputs` for config indices ``idx``."""
         b, c, w = self.decode_index(np.asarray(idx, np.int64))
-        B = self.bindings
-        conc = np.asarray(self.spec.concurrency, np.int64)[c]
-        i64 = lambda k: B[k][b].astype(np.int64)  # noqa: E731
+        B = self.bindings.take(b)
         return ev.ConfigInputs(
-            prefill_workers=i64("prefill_workers"),
-            decode_workers=i64("decode_workers"),
-            prefill_gpus=i64("prefill_tp"),
-            decode_gpus=i64("tp"),
-            nextn=i64("nextn"),
-            acceptance_id=i64("acceptance_id"),
-            max_num_seqs=i64("max_num_seqs"),
-            max_num_batched_tokens=i64("max_num_batched_tokens"),
-            prefill_max_num_batched_tokens=i64("prefill_max_num_batched_tokens"),
-            kv_blocks=i64("kv_blocks"),
-            prefill_kv_blocks=i64("prefill_kv_blocks"),
-            block_size=i64("block_size"),
-            max_model_len=i64("max_model_len"),
-            kv_bytes_per_token=i64("kv_bytes_per_token"),
-            kv_transfer_bytes_per_s=self.link_bytes_per_s[b],
-            concurrency=conc,
+            prefill_workers=B.prefill_workers,
+            decode_workers=B.decode_workers,
+            prefill_gpus=B.prefill_tp,
+            decode_gpus=B.tp,
+            nextn=B.nextn,
+            acceptance_id=B.acceptance_id,
+            max_num_seqs=B.max_num_seqs,
+            max_num_batched_tokens=B.max_num_batched_tokens,
+            prefill_max_num_batched_tokens=B.prefill_max_num_batched_tokens,
+            kv_blocks=B.kv_blocks,
+            prefill_kv_blocks=B.prefill_kv_blocks,
+            block_size=B.block_size,
+            max_model_len=B.max_model_len,
+            kv_bytes_per_token=B.kv_bytes_per_token,
+            kv_transfer_bytes_per_s=B.kv_transfer_bytes_per_s,
+            concurrency=np.asarray(self.spec.concurrency, np.int64)[c],
             isl=self.wl_isl[w],
             osl=self.wl_osl[w],
             weight=self.wl_weight[w],
@@ -446,17 +541,17 @@ class SweepPlan:
         """Per-config input columns for the results (label columns as integer codes into ``labels``)."""
         idx = np.asarray(idx, np.int64)
         b, c, w = self.decode_index(idx)
-        B = self.bindings
+        B = self.bindings.take(b)
         cols: OrderedDict[str, np.ndarray] = OrderedDict()
         cols["config_id"] = idx
         for k in ("profile", "data_source", "system", "mode"):
-            cols[k] = B[k][b].astype(np.int32)
+            cols[k] = getattr(B, k).astype(np.int32)
         for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "gpus", "replicas", "nextn"):
-            cols[k] = B[k][b].astype(np.int64)
-        cols["acceptance"] = B["acceptance"][b].astype(np.int32)
-        cols["accepted_tokens_mean"] = self.accepted_mean[B["acceptance_id"][b]]
-        cols["max_num_seqs"] = B["max_num_seqs"][b].astype(np.int64)
-        cols["max_num_batched_tokens"] = B["max_num_batched_tokens"][b].astype(np.int64)
+            cols[k] = getattr(B, k)
+        cols["acceptance"] = B.acceptance.astype(np.int32)
+        cols["accepted_tokens_mean"] = self.accepted_mean[B.acceptance_id]
+        cols["max_num_seqs"] = B.max_num_seqs
+        cols["max_num_batched_tokens"] = B.max_num_batched_tokens
         cols["concurrency_target"] = np.asarray(self.spec.concurrency, np.int64)[c]
         cols["workload"] = w.astype(np.int32)
         cols["isl_mean"] = self.wl_mean_isl[w]
@@ -466,9 +561,9 @@ class SweepPlan:
     def chunks(self, chunk_size: int) -> list[tuple[int, int, int]]:
         """(group, start, stop) config ranges of at most ``chunk_size``, never crossing a group."""
         out = []
-        for g, (lo, hi, *_rest) in enumerate(self.groups):
-            for s in range(lo, hi, chunk_size):
-                out.append((g, s, min(s + chunk_size, hi)))
+        for g, group in enumerate(self.groups):
+            for s in range(group.start, group.stop, chunk_size):
+                out.append((g, s, min(s + chunk_size, group.stop)))
         return out
 
     def summary(self) -> dict:
@@ -485,192 +580,230 @@ class SweepPlan:
         }
 
 
+# ---- the grid of binding points
+
+
+def _servings(spec: SweepSpec) -> list[tuple[str, int, int]]:
+    """(mode, x prefill workers, y decode workers): aggregated first, then each disaggregated ratio."""
+    out = [("aggregated", 0, 1)] if "aggregated" in spec.modes else []
+    if "disaggregated" in spec.modes:
+        out += [("disaggregated", x, y) for x, y in spec.ratios]
+    return out
+
+
+def _identities(axis: ProfileAxis, profile: ModelProfile) -> list[tuple[int, str, str | None, int]]:
+    """(tp, system, backend version, the deployments' K) of one profile axis: its TP layouts (all the
+    profile's when the axis names none), each with every (system, version) measured at it."""
+    deps = profile.deployments
+    out = []
+    for tp in axis.tp if axis.tp is not None else tuple(sorted({d.tp for d in deps})):
+        at_tp = [d for d in deps if d.tp == tp]
+        idents = list(dict.fromkeys((d.system, d.backend_version) for d in at_tp)) or [(deps[0].system, deps[0].backend_version)]
+        for system, version in idents:
+            k = max((d.num_draft_tokens for d in at_tp if (d.system, d.backend_version) == (system, version)), default=0)
+            out.append((tp, system, version, k))
+    return out
+
+
+def binding_grid(spec: SweepSpec, axis: ProfileAxis, profile: ModelProfile) -> Iterator[BindingKey]:
+    """Every binding point of one profile axis, in axis order: TP and identity, serving, nextn ("profile":
+    the deployment's K), acceptance (only when nextn > 0), max_num_seqs, max_num_batched_tokens."""
+    for tp, system, version, k_profile in _identities(axis, profile):
+        for (mode, x, y), nextn in itertools.product(_servings(spec), spec.nextn):
+            k = k_profile if nextn == PROFILE_NEXTN else nextn
+            accs = (spec.acceptance or (None,)) if k > 0 else (None,)
+            for a, mns, mbt in itertools.product(accs, spec.max_num_seqs, spec.max_num_batched_tokens):
+                yield BindingKey(axis, tp, system, version, mode, x, y, k, a, mns, mbt)
+
+
+def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
+    """Binding points counted for a profile axis that cannot be loaded (one per listed TP, or one)."""
+    return (len(axis.tp or (1,)) * len(_servings(spec)) * len(spec.nextn) * max(len(spec.acceptance), 1)
+            * len(spec.max_num_seqs) * len(spec.max_num_batched_tokens))
+
+
+# ---- one binding point: config, validation, binding
+
+
+def deployment_config(spec: SweepSpec, root: Path, profile: ModelProfile, key: BindingKey) -> DeploymentConfig:
+    """The deployment config of one binding point, as a TOML config stating the same would read
+    (unchecked: :func:`jaxsim.rules.config.check_config` checks it). Disaggregated serving gives the
+    prefill role the token budget only; the decode role gets the whole envelope."""
+    envelope = {"max_num_seqs": key.max_num_seqs, "max_num_batched_tokens": key.max_num_batched_tokens}
+    if key.disaggregated:
+        roles = (RoleConfig("prefill", tp=key.tp, replicas=key.prefill_workers, max_num_batched_tokens=key.max_num_batched_tokens),
+                 RoleConfig("decode", tp=key.tp, replicas=key.decode_workers, **envelope))
+    else:
+        roles = (RoleConfig("aggregated", tp=key.tp, **envelope),)
+    return DeploymentConfig(
+        model=profile.model, system=key.system, roles=roles, profile=str(root), backend_version=key.version,
+        mode=key.mode, nextn=key.nextn, block_size=spec.block_size,
+        kv_transfer_gbps=spec.kv_transfer_gbps if key.disaggregated else None,
+        source=f"{spec.source} [{key.describe()}]",
+        **(key.acceptance.config_fields() if key.acceptance is not None else {}),
+    )
+
+
+def bind_key(spec: SweepSpec, root: Path, profile: ModelProfile, key: BindingKey) -> Binding | str:
+    """Validate one binding point: the sweep's own rules (an acceptance setting for nextn > 0, the GPU
+    budget), then the config's checks and :func:`jaxsim.rules.validate.validate_config`. The
+    :class:`~jaxsim.deploy.binding.Binding`, or the first problem (``<rule>: <why>``)."""
+    if key.nextn > 0 and key.acceptance is None:
+        return "acceptance-missing: nextn > 0 needs [speculation] acceptance values"
+    if spec.gpu_budget is not None and key.gpus > spec.gpu_budget:
+        return f"gpu-budget: one serving unit needs {key.gpus} GPUs, more than the budget of {spec.gpu_budget}"
+    cfg = deployment_config(spec, root, profile, key)
+    try:
+        problems = validate_config(check_config(cfg))
+        return problems[0] if problems else bind(cfg)
+    except (JaxsimError, ValueError, QueryError) as e:
+        return str(e)
+
+
+# ---- what the plan accumulates
+
+
 def _rule(problem: str) -> str:
     head = problem.split(":", 1)[0].strip()
     return head if head and " " not in head else "binding"
 
 
-def _profile_deployments(ref: str, base: Path | None):
-    root = resolve_profile_dir(ref, base)
-    return root, load_bundle(root)
+class _Refusals:
+    """Refused bindings by rule (in order of first refusal): counts, and the first one as the example."""
+
+    def __init__(self, configs_per_binding: int):
+        self.configs_per_binding = configs_per_binding
+        self.by_rule: dict[str, Invalid] = {}
+
+    def add(self, problem: str, what: str, bindings: int = 1) -> None:
+        rule = _rule(problem)
+        seen = self.by_rule.get(rule, Invalid(rule, 0, 0, f"{what}: {problem}"))
+        self.by_rule[rule] = replace(seen, bindings=seen.bindings + bindings,
+                                     configs=seen.configs + bindings * self.configs_per_binding)
+
+
+class _Codes:
+    """Integer codes by first appearance: label strings per kind, acceptance settings (row 0: none) and
+    round tables (by identity: a binding cache hands out one object per distinct table)."""
+
+    def __init__(self):
+        self.labels: dict[str, list[str]] = {"profile": [], "system": [], "mode": list(MODES), "acceptance": [], "workload": [],
+                                             "data_source": list(DATA_SOURCES)}
+        self.acceptance: list[tuple[int, tuple[float, ...]]] = [(0, (0.0,) * acc.MAX_DRAFT_TOKENS)]
+        self.tables: list[RoundTable] = []
+        self._table_ids: dict[int, int] = {}
+
+    def label(self, kind: str, value: str) -> int:
+        lst = self.labels[kind]
+        if value not in lst:
+            lst.append(value)
+        return lst.index(value)
+
+    def acceptance_id(self, nextn: int, rates: np.ndarray) -> int:
+        key = (nextn, tuple(float(v) for v in rates))
+        if key not in self.acceptance:
+            self.acceptance.append(key)
+        return self.acceptance.index(key)
+
+    def table(self, t: RoundTable) -> int:
+        if id(t) not in self._table_ids:
+            self._table_ids[id(t)] = len(self.tables)
+            self.tables.append(t)
+        return self._table_ids[id(t)]
+
+
+# ---- the plan's steps
+
+
+def _binding_row(spec: SweepSpec, key: BindingKey, b: Binding, profile: ModelProfile, profile_code: int,
+                 acceptance_id: int, codes: _Codes) -> Bindings:
+    """One valid binding's row (labels and tables get their codes here, in binding order)."""
+    pre, dec = (b.prefill, b.decode) if key.disaggregated else (b.aggregated, b.aggregated)
+    return Bindings(
+        profile=profile_code, system=codes.label("system", key.system), mode=codes.label("mode", key.mode),
+        acceptance=codes.label("acceptance", key.acceptance.label if key.acceptance else "none"), acceptance_id=acceptance_id,
+        prefill_workers=key.prefill_workers, decode_workers=key.decode_workers, prefill_tp=pre.deployment.tp, tp=dec.deployment.tp,
+        gpus=key.gpus, replicas=(spec.gpu_budget // key.gpus) if spec.gpu_budget else 1, nextn=key.nextn,
+        max_num_seqs=dec.max_num_seqs, prefill_max_num_seqs=pre.max_num_seqs,
+        max_num_batched_tokens=dec.max_num_batched_tokens, prefill_max_num_batched_tokens=pre.max_num_batched_tokens,
+        kv_blocks=dec.kv.num_gpu_blocks, prefill_kv_blocks=pre.kv.num_gpu_blocks,
+        block_size=b.block_size, max_model_len=b.context_length, kv_bytes_per_token=pre.kv_bytes_per_token or 0,
+        prefill_table=codes.table(pre.table), decode_table=codes.table(dec.table), group=0,
+        data_source=DATA_SOURCES.index(profile.source), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s or 1.0),
+    )
+
+
+def _plan_profile(spec: SweepSpec, axis: ProfileAxis, codes: _Codes, refusals: _Refusals) -> list[Bindings]:
+    """The valid bindings of one ``[[profile]]`` axis, in grid order; every refusal goes to ``refusals``."""
+    profile_code = codes.label("profile", axis.label)
+    try:
+        root = resolve_profile_dir(axis.ref, spec.base_dir)
+        profile = load_bundle(root).profile
+    except JaxsimError as e:
+        refusals.add(str(e), f"profile {axis.ref!r}", _grid_size(spec, axis))
+        return []
+    rows = []
+    for key in binding_grid(spec, axis, profile):
+        bound = bind_key(spec, root, profile, key)
+        if isinstance(bound, str):
+            refusals.add(bound, key.describe())
+            continue
+        acceptance_id = codes.acceptance_id(key.nextn, bound.accept_rates)
+        roles = (bound.prefill, bound.decode) if key.disaggregated else (bound.aggregated,)
+        if any(r.kv.num_gpu_blocks is None for r in roles):
+            refusals.add("grouped-cache: the sweep needs a linear KV cache with a block count", key.describe())
+            continue
+        rows.append(_binding_row(spec, key, bound, profile, profile_code, acceptance_id, codes))
+    return rows
+
+
+def _group_by_tables(rows: list[Bindings], inner: int) -> tuple[Bindings, list[TableGroup]]:
+    """Bindings ordered so that configs sharing (prefill table, decode table, mode) are contiguous (stable),
+    with their groups."""
+    b = Bindings.stack(rows)
+    b = b.take(np.lexsort((b.mode, b.decode_table, b.prefill_table)))
+    key = np.stack([b.prefill_table, b.decode_table, b.mode], axis=1)
+    starts = np.flatnonzero(np.r_[len(b) > 0, (key[1:] != key[:-1]).any(axis=1)])
+    stops = np.r_[starts[1:], len(b)]
+    groups = [TableGroup(int(s) * inner, int(e) * inner, int(b.prefill_table[s]), int(b.decode_table[s]), bool(b.mode[s] == 1))
+              for s, e in zip(starts, stops)]
+    return replace(b, group=np.repeat(np.arange(len(starts), dtype=np.int64), stops - starts)), groups
+
+
+def _workload_arrays(workloads: tuple[Workload, ...]) -> dict[str, np.ndarray]:
+    """The workloads' classes padded to the largest mix (repeating the first class, with weight 0)."""
+    wmax = max(len(w.isl) for w in workloads)
+    return dict(
+        wl_isl=np.array([list(w.isl) + [w.isl[0]] * (wmax - len(w.isl)) for w in workloads], np.int64),
+        wl_osl=np.array([list(w.osl) + [w.osl[0]] * (wmax - len(w.osl)) for w in workloads], np.int64),
+        wl_weight=np.array([list(w.weight) + [0.0] * (wmax - len(w.weight)) for w in workloads], np.float64),
+        wl_mean_isl=np.array([w.mean_isl for w in workloads]),
+        wl_mean_osl=np.array([w.mean_osl for w in workloads]),
+    )
 
 
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
     """Validate every distinct binding once and lay out the config index space (plain Python)."""
     ensure_x64()
-    labels: dict[str, list[str]] = {"profile": [], "system": [], "mode": [], "acceptance": [], "workload": [],
-                                    "data_source": list(DATA_SOURCES)}
-
-    def code(kind: str, value: str) -> int:
-        lst = labels[kind]
-        if value not in lst:
-            lst.append(value)
-        return lst.index(value)
-
-    for m in ("aggregated", "disaggregated"):
-        code("mode", m)
     inner = len(spec.concurrency) * len(spec.workloads)
-    invalid: "OrderedDict[str, list]" = OrderedDict()
-
-    def refuse(problem: str, what: str, n_bind: int = 1) -> None:
-        rule = _rule(problem)
-        slot = invalid.setdefault(rule, [0, 0, f"{what}: {problem}"])
-        slot[0] += n_bind
-        slot[1] += n_bind * inner
-
-    acc_rows: list[tuple] = [(0, (0.0,) * acc.MAX_DRAFT_TOKENS)]
-    rows: list[dict] = []
-    links: list[float] = []
-    table_ids: dict[int, int] = {}
-    tables: list[RoundTable] = []
-
-    def table_index(t: RoundTable) -> int:
-        key = id(t)
-        if key not in table_ids:
-            table_ids[key] = len(tables)
-            tables.append(t)
-        return table_ids[key]
-
-    n_acc = max(len(spec.acceptance), 1)
-    serve = [("aggregated", 0, 1)] if "aggregated" in spec.modes else []
-    if "disaggregated" in spec.modes:
-        serve += [("disaggregated", x, y) for x, y in spec.ratios]
-    for pa in spec.profiles:
-        plabel = code("profile", pa.label)
-        try:
-            root, bundle = _profile_deployments(pa.ref, spec.base_dir)
-        except JaxsimError as e:
-            n = len(pa.tp or (1,)) * len(serve) * len(spec.nextn) * n_acc * len(spec.max_num_seqs) * len(spec.max_num_batched_tokens)
-            refuse(str(e), f"profile {pa.ref!r}", n)
-            continue
-        prof = bundle.profile
-        tps = pa.tp if pa.tp is not None else tuple(sorted({d.tp for d in prof.deployments}))
-        for tp in tps:
-            deps = [d for d in prof.deployments if d.tp == tp]
-            idents = list(dict.fromkeys((d.system, d.backend_version) for d in deps)) or [(prof.deployments[0].system, prof.deployments[0].backend_version)]
-            for system, version in idents:
-                k_profile = max((d.num_draft_tokens for d in deps if (d.system, d.backend_version) == (system, version)), default=0)
-                for mode, x, y in serve:
-                    for nextn in spec.nextn:
-                        k = k_profile if nextn == PROFILE_NEXTN else nextn
-                        accs = list(spec.acceptance) if k > 0 else [None]
-                        if k > 0 and not accs:
-                            refuse("acceptance-missing: nextn > 0 needs [speculation] acceptance values", f"{pa.label} tp={tp} nextn={k}",
-                                   len(spec.max_num_seqs) * len(spec.max_num_batched_tokens))
-                            continue
-                        for a in accs:
-                            for mns in spec.max_num_seqs:
-                                for mbt in spec.max_num_batched_tokens:
-                                    what = f"{pa.label} tp={tp} {mode}{f' {x}:{y}' if mode == 'disaggregated' else ''} nextn={k}" + (
-                                        f" {a.label}" if a else "")
-                                    row = _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt, refuse, what)
-                                    if row is None:
-                                        continue
-                                    b, gpus = row
-                                    rates = tuple(float(v) for v in b.accept_rates)
-                                    key = (k, rates)
-                                    if key not in acc_rows:
-                                        acc_rows.append(key)
-                                    pr = b.prefill if mode == "disaggregated" else b.aggregated
-                                    dr = b.decode if mode == "disaggregated" else b.aggregated
-                                    if dr.kv.num_gpu_blocks is None or pr.kv.num_gpu_blocks is None:
-                                        refuse("grouped-cache: the sweep needs a linear KV cache with a block count", what)
-                                        continue
-                                    rows.append(dict(
-                                        profile=plabel, system=code("system", system), mode=code("mode", mode),
-                                        acceptance=code("acceptance", a.label if a else "none"), acceptance_id=acc_rows.index(key),
-                                        prefill_workers=x, decode_workers=y, prefill_tp=pr.deployment.tp, tp=dr.deployment.tp,
-                                        gpus=gpus, replicas=(spec.gpu_budget // gpus) if spec.gpu_budget else 1, nextn=k,
-                                        max_num_seqs=dr.max_num_seqs, prefill_max_num_seqs=pr.max_num_seqs,
-                                        max_num_batched_tokens=dr.max_num_batched_tokens,
-                                        prefill_max_num_batched_tokens=pr.max_num_batched_tokens,
-                                        kv_blocks=dr.kv.num_gpu_blocks, prefill_kv_blocks=pr.kv.num_gpu_blocks,
-                                        block_size=b.block_size, max_model_len=b.context_length,
-                                        kv_bytes_per_token=pr.kv_bytes_per_token or 0,
-                                        prefill_table=table_index(pr.table),
-                                        decode_table=table_index(dr.table), group=0,
-                                        data_source=DATA_SOURCES.index(prof.source),
-                                    ))
-                                    links.append(float(b.kv_transfer_bytes_per_s or 1.0))
-
-    # order bindings so configs sharing (prefill table, decode table, mode) are contiguous
-    order = sorted(range(len(rows)), key=lambda i: (rows[i]["prefill_table"], rows[i]["decode_table"], rows[i]["mode"], i))
-    rows = [rows[i] for i in order]
-    links = [links[i] for i in order]
-    groups: list[tuple[int, int, int, int, bool]] = []
-    for i, row in enumerate(rows):
-        key = (row["prefill_table"], row["decode_table"], row["mode"] == 1)
-        if not groups or groups[-1][2:] != key:
-            groups.append((i * inner, (i + 1) * inner, *key))
-        else:
-            groups[-1] = (groups[-1][0], (i + 1) * inner, *key)
-        row["group"] = len(groups) - 1
-    bindings = {k: np.asarray([r[k] for r in rows], dtype=np.int64) for k in _BINDING_INT}
-
+    codes, refusals = _Codes(), _Refusals(configs_per_binding=inner)
+    rows = [row for axis in spec.profiles for row in _plan_profile(spec, axis, codes, refusals)]
+    bindings, groups = _group_by_tables(rows, inner)
     for wl in spec.workloads:
-        code("workload", wl.name)
-    wmax = max(len(w.isl) for w in spec.workloads)
-    wl_isl = np.array([list(w.isl) + [w.isl[0]] * (wmax - len(w.isl)) for w in spec.workloads], np.int64)
-    wl_osl = np.array([list(w.osl) + [w.osl[0]] * (wmax - len(w.osl)) for w in spec.workloads], np.int64)
-    wl_w = np.array([list(w.weight) + [0.0] * (wmax - len(w.weight)) for w in spec.workloads], np.float64)
-    rates = np.array([list(r) for _, r in acc_rows], np.float64)
-    rates_k = np.array([k for k, _ in acc_rows], np.int64)
-    inv = [Invalid(rule, n_b, n_c, ex) for rule, (n_b, n_c, ex) in invalid.items()]
+        codes.label("workload", wl.name)
+    rates = np.array([list(r) for _, r in codes.acceptance], np.float64)
+    rates_nextn = np.array([k for k, _ in codes.acceptance], np.int64)
+    invalid = list(refusals.by_rule.values())
     return SweepPlan(
         spec=spec,
-        labels=labels,
+        labels=codes.labels,
         bindings=bindings,
         rates=rates,
-        rates_nextn=rates_k,
-        accepted_mean=acc.tail_probabilities(rates, rates_k)[:, 1:].sum(axis=1),
-        link_bytes_per_s=np.asarray(links, np.float64),
-        tables=tables,
+        rates_nextn=rates_nextn,
+        accepted_mean=acc.tail_probabilities(rates, rates_nextn)[:, 1:].sum(axis=1),
+        tables=codes.tables,
         groups=groups,
-        invalid=inv,
-        wl_isl=wl_isl,
-        wl_osl=wl_osl,
-        wl_weight=wl_w,
-        wl_mean_isl=np.array([w.mean_isl for w in spec.workloads]),
-        wl_mean_osl=np.array([w.mean_osl for w in spec.workloads]),
-        num_invalid_configs=sum(i.configs for i in inv),
+        invalid=invalid,
+        **_workload_arrays(spec.workloads),
+        num_invalid_configs=sum(i.configs for i in invalid),
     )
-
-
-def _bind_row(spec, root, prof, system, version, tp, mode, x, y, k, a, mns, mbt, refuse, what):
-    """Validate one binding with jaxsim.rules.validate; (Binding, GPUs per serving unit) or None (refused)."""
-    gpus = tp if mode == "aggregated" else (x + y) * tp
-    if spec.gpu_budget is not None and gpus > spec.gpu_budget:
-        refuse(f"gpu-budget: one serving unit needs {gpus} GPUs, more than the budget of {spec.gpu_budget}", what)
-        return None
-    sched: dict = {"tp": tp}
-    if mns is not None:
-        sched["max_num_seqs"] = mns
-    if mbt is not None:
-        sched["max_num_batched_tokens"] = mbt
-    if mode == "aggregated":
-        roles = {"aggregated": sched}
-    else:
-        pre = {"tp": tp, "replicas": x}
-        if mbt is not None:
-            pre["max_num_batched_tokens"] = mbt
-        roles = {"prefill": pre, "decode": {**sched, "replicas": y}}
-    obj: dict = {
-        "model": prof.model, "system": system, "profile": str(root), "mode": mode, "nextn": k,
-        "block_size": spec.block_size, "roles": roles,
-    }
-    if version is not None:
-        obj["backend_version"] = version
-    if a is not None:
-        obj.update(a.config_fields())
-    if spec.kv_transfer_gbps is not None and mode == "disaggregated":
-        obj["kv_transfer_gbps"] = spec.kv_transfer_gbps
-    try:
-        cfg = config_from_dict(obj, source=f"{spec.source} [{what}]")
-        problems = validate_config(cfg)
-        if problems:
-            refuse(problems[0], what)
-            return None
-        return bind(cfg), gpus
-    except (JaxsimError, ValueError, QueryError) as e:
-        refuse(str(e), what)
-        return None

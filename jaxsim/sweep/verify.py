@@ -27,20 +27,19 @@ def binding_replay_config(plan: SweepPlan, b: int, name: str, *, max_num_seqs_ca
     """Binding ``b`` of a sweep plan as a replay deployment: each pool gets its own role's table,
     envelope (``max_num_seqs`` of the decode or aggregated role capped at ``max_num_seqs_cap``; the
     prefill role's own, uncapped) and KV pool, and ``units`` serving units' worth of replicas."""
-    B, labels = plan.bindings, plan.labels
-    g = lambda k: int(B[k][b])  # noqa: E731
-    mode = labels["mode"][g("mode")]
-    rates = np.asarray(plan.rates[g("acceptance_id")], np.float64)
-    source = labels["data_source"][g("data_source")] if "data_source" in labels else "measured"
-    seqs = g("max_num_seqs") if max_num_seqs_cap is None else min(g("max_num_seqs"), int(max_num_seqs_cap))
-    dec = WorkerPool(plan.tables[g("decode_table")], g("max_num_batched_tokens"), seqs, g("block_size"), g("kv_blocks"),
-                     g("max_model_len"), units * (g("decode_workers") if mode == "disaggregated" else 1))
+    row, labels = plan.bindings.row(b), plan.labels
+    mode = labels["mode"][row.mode]
+    rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
+    source = labels["data_source"][row.data_source] if "data_source" in labels else "measured"
+    seqs = row.max_num_seqs if max_num_seqs_cap is None else min(row.max_num_seqs, int(max_num_seqs_cap))
+    dec = WorkerPool(plan.tables[row.decode_table], row.max_num_batched_tokens, seqs, row.block_size, row.kv_blocks,
+                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1))
     if mode == "aggregated":
-        return ReplayConfig(name, g("nextn"), rates, aggregated=dec, data_source=source)
-    pre = WorkerPool(plan.tables[g("prefill_table")], g("prefill_max_num_batched_tokens"), g("prefill_max_num_seqs"),
-                     g("block_size"), g("prefill_kv_blocks"), g("max_model_len"), units * g("prefill_workers"))
-    return ReplayConfig(name, g("nextn"), rates, prefill=pre, decode=dec, kv_bytes_per_token=g("kv_bytes_per_token"),
-                        kv_transfer_bytes_per_s=float(plan.link_bytes_per_s[b]), data_source=source)
+        return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source)
+    pre = WorkerPool(plan.tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
+                     row.block_size, row.prefill_kv_blocks, row.max_model_len, units * row.prefill_workers)
+    return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
+                        kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source)
 
 
 def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
@@ -48,14 +47,13 @@ def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
     replicas (gpu_budget // GPUs per unit), and ``max_num_seqs`` capped at its concurrency per worker."""
     b, c, _ = plan.decode_index(np.asarray([config_id], np.int64))
     b, c = int(b[0]), int(c[0])
-    B, labels = plan.bindings, plan.labels
-    g = lambda k: int(B[k][b])  # noqa: E731
+    row, labels = plan.bindings.row(b), plan.labels
     conc = int(plan.spec.concurrency[c])
-    mode = labels["mode"][g("mode")]
-    reps = max(g("replicas"), 1)
-    name = (f"#{config_id} {labels['profile'][g('profile')]} tp={g('tp')} {mode}"
-            + (f" {g('prefill_workers')}:{g('decode_workers')}" if mode == "disaggregated" else "")
-            + (f" nextn={g('nextn')} {labels['acceptance'][g('acceptance')]}" if g("nextn") else "") + f" conc={conc} x{reps}")
+    mode = labels["mode"][row.mode]
+    reps = max(row.replicas, 1)
+    name = (f"#{config_id} {labels['profile'][row.profile]} tp={row.tp} {mode}"
+            + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
+            + (f" nextn={row.nextn} {labels['acceptance'][row.acceptance]}" if row.nextn else "") + f" conc={conc} x{reps}")
     return binding_replay_config(plan, b, name, max_num_seqs_cap=conc, units=reps)
 
 
