@@ -43,8 +43,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -720,20 +718,9 @@ def write_calibrated(output: str | os.PathLike, parts: list[tuple[ModelProfile, 
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")
     profile = parts[0][0] if len(parts) == 1 else combine_profiles([p for p, _ in parts], provenance=parts[0][0].provenance)
     columns = parts[0][1] if len(parts) == 1 else merge_columns([c for _, c in parts])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_profile_dir(tmp, profile, columns, force=True,
-                          extra_sidecar={"data_source": DATA_SOURCE, **(extra_sidecar or {})})
-        if report is not None:
-            (tmp / "calibration.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    extra = {} if report is None else {"calibration.json": (json.dumps(report, indent=1, default=_json_default) + "\n").encode("utf-8")}
+    return write_profile_dir(out, profile, columns, force=True, extra_sidecar={"data_source": DATA_SOURCE, **(extra_sidecar or {})},
+                             extra_files=extra)
 
 
 def _json_default(v: Any):

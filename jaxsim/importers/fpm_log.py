@@ -886,8 +886,10 @@ def write_profile_dir(
     measurement_policy: str = AR_POLICY,
     force: bool = False,
     extra_sidecar: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> Path:
-    """Write ``profile.json`` + the table pair (flat layout) into ``output``; refuses an existing dir unless ``force``."""
+    """Write ``profile.json`` + the table pair (flat layout) and ``extra_files`` (name -> bytes) into
+    ``output``, atomically; an existing dir is refused unless ``force``, and replaced only if jaxsim wrote it."""
     out = Path(output)
     if out.exists() and not force:
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")
@@ -897,12 +899,14 @@ def write_profile_dir(
     if len(systems) != 1:
         raise ProfileError("a flat profile directory holds one system/backend/backend_version; import each separately")
     system, backend, version = systems.pop()
-    from jaxsim.outputs import atomic_dir
+    from jaxsim.outputs import atomic_dir, write_bytes
 
     with atomic_dir(out) as tmp:  # a killed or failed import leaves no half-written profile under OUTPUT
         write_table(tmp, columns, measurement_policy=measurement_policy, system=system, backend=backend,
                     backend_version=version, extra_sidecar=extra_sidecar, overwrite=True)
         save_profile(profile, tmp / "profile.json")
+        for name, data in (extra_files or {}).items():
+            write_bytes(tmp / name, data)
     return out
 
 

@@ -235,7 +235,7 @@ def evaluate_file(
     Written to a temporary file renamed at the end, so a bad row leaves nothing behind. Returns
     (queries, answered).
     """
-    from jaxsim.outputs import atomic, output_format
+    from jaxsim.outputs import atomic_file, output_format
 
     queries, output = Path(queries), Path(output)
     output_format(output, ("csv", "parquet"))
@@ -243,7 +243,7 @@ def evaluate_file(
         raise QueryError(f"{queries}: query file not found")
     writer = None
     total = answered = 0
-    with atomic(output) as tmp:
+    with atomic_file(output) as tmp:  # a file object on the temporary file
         try:
             for part in _batches(queries, CHUNK):
                 if part.num_rows == 0:
@@ -271,7 +271,7 @@ def _plain_status(table: pa.Table) -> pa.Table:
     return table
 
 
-def _writer(tmp: Path, output: Path, schema: pa.Schema):
+def _writer(tmp, output: Path, schema: pa.Schema):
     if _is_parquet(output):
         text = [f.name for f in schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
         return pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=text, write_statistics=False)
@@ -284,11 +284,11 @@ def _writer(tmp: Path, output: Path, schema: pa.Schema):
 
 def write_results(path: str | Path, table: pa.Table) -> None:
     """Write CSV or parquet (by extension) via a temporary file, then rename."""
-    from jaxsim.outputs import atomic, output_format
+    from jaxsim.outputs import atomic_file, output_format
 
     path = Path(path)
     output_format(path, ("csv", "parquet"))
-    with atomic(path) as tmp:
+    with atomic_file(path) as tmp:  # a file object on the temporary file
         if _is_parquet(path):
             text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
             pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=False)
