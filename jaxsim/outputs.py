@@ -76,8 +76,8 @@ def _stat(path: str | os.PathLike) -> os.stat_result | None:
 def check_output(path: str | os.PathLike, allowed: Sequence[str] | None = None, *, force: bool = False,
                  inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
     """Before any work: the format is writable, an existing file is only replaced with ``force`` and never
-    when it is one of ``inputs`` (the same file, also through a symbolic or hard link), and the folder is
-    (or can become) a directory. Returns the path."""
+    when it is one of ``inputs`` (the same file, also through a symbolic or hard link) or lies in an input
+    folder (a profile directory), and the folder is (or can become) a directory. Returns the path."""
     p = Path(path)
     if allowed is not None:
         output_format(p, allowed)
@@ -85,8 +85,12 @@ def check_output(path: str | os.PathLike, allowed: Sequence[str] | None = None, 
     if here is not None:
         for src in inputs:
             st = None if src is None else _stat(src)
-            if st is not None and _same_file(st, here):
+            if st is None:
+                continue
+            if _same_file(st, here):
                 raise OutputError(f"{p}: is an input of this command ({src}); write the output elsewhere")
+            if stat.S_ISDIR(st.st_mode) and Path(src).resolve() in p.resolve().parents:
+                raise OutputError(f"{p}: lies in {src}, an input folder of this command; write the output elsewhere")
     if os.path.lexists(p) and not force:
         raise OutputError(f"{p}: exists; pass --force to overwrite")
     if allowed is not None and p.is_dir():

@@ -212,9 +212,10 @@ def register(app: typer.Typer) -> None:
             if v is not None:
                 limits.check("ms", v, opt)
         tl_path = output.with_name(output.stem + ".timeline.parquet")
-        refuse_overwrite(output, force, ("parquet",))
+        inputs = (config, sweep, trace)
+        refuse_overwrite(output, force, ("parquet",), inputs)
         if timeline:
-            refuse_overwrite(tl_path, force)
+            refuse_overwrite(tl_path, force, None, inputs)
         sla = None
         if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
             sla = SLA(max_ttft_ms=sla_ttft_ms, max_tpot_ms=sla_tpot_ms, max_e2e_ms=sla_e2e_ms)

@@ -40,6 +40,7 @@ import numpy as np
 
 import jaxsim
 from jaxsim.errors import JaxsimError, ProfileError, TableError, read_text
+from jaxsim.importers.log_checks import refuse_duplicate_columns, refuse_non_positive, unique_keys
 from jaxsim.profile.model import (
     COMM_QUANT_MODES,
     FMHA_QUANT_MODES,
@@ -143,6 +144,7 @@ def _float_field(value: Any, where: str) -> float:
 def _read_csv(path: Path, text: str) -> tuple[dict[str, list], list[str], list[str]]:
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
+    refuse_duplicate_columns(path, header)
     missing = [c for c in LOG_COLUMNS if c not in header]
     if "latency_ms" not in header and "wall_time" not in header:
         missing.append("latency_ms (or wall_time in seconds)")
@@ -173,7 +175,7 @@ def _read_jsonl(path: Path, text: str) -> tuple[dict[str, list], list[str], list
             continue
         where = f"{path}: line {n}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as e:
             raise TableError(f"{where}: invalid JSON: {str(e).splitlines()[0]}") from None
         if not isinstance(obj, dict):
@@ -205,7 +207,10 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
     if not text.strip():
         raise TableError(f"{p}: FPM log is empty")
     jsonl = p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{")
-    cols, streams, phases = (_read_jsonl if jsonl else _read_csv)(p, text)
+    try:
+        cols, streams, phases = (_read_jsonl if jsonl else _read_csv)(p, text)
+    except csv.Error as e:  # e.g. a stray carriage return inside a field
+        raise TableError(f"{p}: not a readable CSV file: {e}") from None
     if not cols["counter_id"]:
         raise TableError(f"{p}: FPM log has no rows")
     distinct = sorted(set(streams))
@@ -216,6 +221,10 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
         )
     arr = {c: np.asarray(v, dtype=np.int64) for c, v in cols.items() if c in LOG_COLUMNS}
     lat = np.asarray(cols["latency_ms"], dtype=np.float64)
+    if jsonl:
+        refuse_non_positive(p, lat, "wall_time", label="line", numbers=[n for n, ln in enumerate(text.splitlines(), 1) if ln.strip()])
+    else:
+        refuse_non_positive(p, lat, "latency_ms" if "latency_ms" in next(csv.reader(io.StringIO(text)), []) else "wall_time")
     has_p, has_d = arr["num_prefill_requests"] > 0, arr["num_decode_requests"] > 0
     bad = np.flatnonzero(~has_p & (arr["sum_prefill_tokens"] > 0))
     if bad.size:
