@@ -221,11 +221,14 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
         )
     arr = {c: np.asarray(v, dtype=np.int64) for c, v in cols.items() if c in LOG_COLUMNS}
     lat = np.asarray(cols["latency_ms"], dtype=np.float64)
-    if jsonl:
-        refuse_non_positive(p, lat, "wall_time", label="line", numbers=[n for n, ln in enumerate(text.splitlines(), 1) if ln.strip()])
-    else:
-        refuse_non_positive(p, lat, "latency_ms" if "latency_ms" in next(csv.reader(io.StringIO(text)), []) else "wall_time")
     has_p, has_d = arr["num_prefill_requests"] > 0, arr["num_decode_requests"] > 0
+    work = np.flatnonzero(has_p | has_d)  # a pass that scheduled work takes time (idle heartbeats may record 0)
+    if jsonl:
+        lines = np.array([n for n, ln in enumerate(text.splitlines(), 1) if ln.strip()])
+        refuse_non_positive(p, lat[work], "wall_time", label="line", numbers=lines[work])
+    else:
+        refuse_non_positive(p, lat[work], "latency_ms" if "latency_ms" in next(csv.reader(io.StringIO(text)), []) else "wall_time",
+                            numbers=work + 1)
     bad = np.flatnonzero(~has_p & (arr["sum_prefill_tokens"] > 0))
     if bad.size:
         raise TableError(f"{p}: row {int(bad[0]) + 1}: sum_prefill_tokens > 0 without prefill requests")

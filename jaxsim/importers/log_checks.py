@@ -39,7 +39,7 @@ def refuse_non_positive(path: str | os.PathLike, values: np.ndarray, column: str
     bad = np.flatnonzero(~(np.isfinite(v) & (v > 0)))
     if bad.size:
         i = int(bad[0])
-        n = numbers[i] if numbers is not None else i + 1
+        n = int(numbers[i]) if numbers is not None else i + 1
         more = f" ({bad.size - 1} more such rows)" if bad.size > 1 else ""
         raise TableError(f"{path}: {label} {n}: {column} must be a positive duration (got {v[i]:g}){more}")
 
