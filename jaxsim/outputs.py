@@ -202,12 +202,14 @@ def _make_folder(p: Path) -> None:
         raise OutputError(f"{p}: cannot create folder {p.parent}: {e.strerror or e}") from None
 
 
-def create_temp(path: str | os.PathLike) -> tuple[int, Path]:
+def create_temp(path: str | os.PathLike, *, clean_stale: bool = True) -> tuple[int, Path]:
     """A new temporary file for ``path`` in its folder (created if missing): ``(fd, temp path)``, mode
-    0600 until :func:`publish`; stale temporary files of ``path`` are removed first."""
+    0600 until :func:`publish`; stale temporary files of ``path`` are removed first (``clean_stale``:
+    writers of many files in a folder of their own, e.g. a sweep's chunks, skip the listing)."""
     p = Path(path)
     _make_folder(p)
-    remove_stale_temps(p.parent, p.name)
+    if clean_stale:
+        remove_stale_temps(p.parent, p.name)
     try:
         fd, name = tempfile.mkstemp(prefix=f".{p.name[:_NAME_MAX]}.", suffix=TEMP_SUFFIX, dir=p.parent)
     except OSError as e:
@@ -252,11 +254,11 @@ def atomic(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kw) -> Iterator[io.IOBase]:
+def atomic_file(path: str | os.PathLike, mode: str = "wb", *, clean_stale: bool = True, **open_kw) -> Iterator[io.IOBase]:
     """Yield a file object (``mode`` "wb" or "w") on a new temporary file next to ``path``; on success it
     becomes ``path``, on any error it is removed. Writes go to the descriptor jaxsim created."""
     p = Path(path)
-    fd, tmp = create_temp(p)
+    fd, tmp = create_temp(p, clean_stale=clean_stale)
     try:
         with open(fd, mode, closefd=False, **open_kw) as f:
             yield f

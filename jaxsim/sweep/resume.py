@@ -100,7 +100,7 @@ def _ipc_bytes(table: pa.Table) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> str:
-    with atomic_file(path) as f:
+    with atomic_file(path, clean_stale=False) as f:  # the work directory is removed whole after the merge
         f.write(data)
     return hashlib.sha256(data).hexdigest()
 
@@ -108,7 +108,7 @@ def _write(path: Path, data: bytes) -> str:
 def write_chunk(work: Path, k: int, table: pa.Table, best: pa.Table) -> None:
     """Chunk ``k``'s two files, then its checksum sidecar (the chunk is done once the sidecar exists)."""
     sums = {"chunk": _write(chunk_path(work, k), _ipc_bytes(table)), "best": _write(best_path(work, k), _ipc_bytes(best))}
-    with atomic_file(sums_path(work, k), "w", encoding="utf-8") as f:
+    with atomic_file(sums_path(work, k), "w", clean_stale=False, encoding="utf-8") as f:
         f.write(json.dumps(sums, sort_keys=True) + "\n")
 
 
