@@ -100,7 +100,7 @@ def executable_dir() -> Path | None:
     if not base or os.environ.get("JAXSIM_EXECUTABLE_CACHE", "1") == "0":
         return None
     executable_cache_max_bytes()  # a bad setting is the user's error, reported before anything compiles
-    if trusted_dir(base, "jaxsim cache folder", create=False) is None:
+    if trusted_dir(base, "jaxsim cache folder") is None:
         return None
     return trusted_dir(Path(base) / "jaxsim-executables", "jaxsim executable cache")
 
