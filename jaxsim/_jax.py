@@ -14,9 +14,12 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import json
 import os
-import pickle
+import re
+import stat
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -87,14 +90,32 @@ def source_digest() -> str:
 
 
 def executable_dir() -> Path | None:
-    """``<JAX compilation cache dir>/jaxsim-executables``; None when JAX's persistent cache is off or
-    ``JAXSIM_EXECUTABLE_CACHE=0`` (the test suite sets it: a loaded executable is never traced, so its
-    runtime annotation checks would not run)."""
+    """``<JAX compilation cache dir>/jaxsim-executables`` (created 0700); None when JAX's persistent cache
+    is off, ``JAXSIM_EXECUTABLE_CACHE=0`` (the test suite sets it: a loaded executable is never traced, so
+    its runtime annotation checks would not run), or either folder is not one jaxsim may trust (another
+    user's, writable by others, a symbolic link: one line on stderr, :mod:`jaxsim.cache_trust`)."""
+    from jaxsim.cache_trust import trusted_dir  # noqa: PLC0415
+
     base = jax.config.jax_compilation_cache_dir
     if not base or os.environ.get("JAXSIM_EXECUTABLE_CACHE", "1") == "0":
         return None
     executable_cache_max_bytes()  # a bad setting is the user's error, reported before anything compiles
-    return Path(base) / "jaxsim-executables"
+    if trusted_dir(base, "jaxsim cache folder") is None:
+        return None
+    return trusted_dir(Path(base) / "jaxsim-executables", "jaxsim executable cache")
+
+
+ENTRY_NAME = re.compile(r"[A-Za-z0-9_.-]+-[0-9a-f]{40}\.bin")
+"""The names of the entries jaxsim writes (``<name>-<key>.bin``): the only files its pruner deletes there."""
+JAX_ENTRY_NAME = re.compile(r"[A-Za-z0-9_.-]+-[0-9a-f]{64}-(?:cache|atime)")
+"""The names of JAX's persistent compilation cache entries in the cache root (pruned under the same cap)."""
+TEMP_NAME = re.compile(r"\.?[A-Za-z0-9_.-]+-[0-9a-f]{40}\.bin\.(?:[0-9]+\.tmp|[a-z0-9_]{8}\.partial)")
+"""Temporary files of interrupted saves (this version's, and the ``.PID.tmp`` of earlier ones)."""
+
+
+def _entry_path(d: Path, name: str, args: tuple, statics: dict | None) -> tuple[Path, str]:
+    key = executable_key(name, args, statics)
+    return d / f"{name}-{key}.bin", key
 
 
 def _leaf_signature(x) -> str:
@@ -188,36 +209,66 @@ class _Loaded:
         return out
 
 
+def _read_entry(path: Path, name: str, key: str) -> tuple[bytes, dict] | None:
+    """The payload and header of the entry at ``path`` when it is a plain file of this user sealed with
+    this user's key (:mod:`jaxsim.cache_trust`) for exactly (``name``, ``key``); None otherwise. Nothing
+    is unpickled before the seal is checked."""
+    from jaxsim.cache_trust import read_own_file, unseal, user_key  # noqa: PLC0415
+
+    secret = user_key()
+    data = None if secret is None else read_own_file(path)
+    body = None if data is None else unseal(secret, data)
+    if body is None or len(body) < 8:
+        return None
+    n = int.from_bytes(body[:8], "big")
+    try:
+        header = json.loads(body[8:8 + n].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(header, dict) or header.get("name") != name or header.get("key") != key:
+        return None
+    return body[8 + n:], header
+
+
 def load_executable(name: str, args: tuple, statics: dict | None = None, rebuild=None):
     """The executable :func:`save_executable` stored for these arguments, or None (cache off, not stored,
-    or unreadable: a stale or damaged entry is ignored and replaced by the next save). With ``rebuild``
-    (a function returning a freshly compiled executable), an entry whose first call fails is replaced
-    by ``rebuild()``."""
+    not sealed by this user, or unreadable: a stale or damaged entry is ignored and replaced by the next
+    save). With ``rebuild`` (a function returning a freshly compiled executable), an entry whose first
+    call fails is replaced by ``rebuild()``. A read-only cache still loads."""
     d = executable_dir()
     if d is None:
         return None
-    path = d / f"{name}-{executable_key(name, args, statics)}.bin"
+    path, key = _entry_path(d, name, args, statics)
+    entry = _read_entry(path, name, key)
+    if entry is None:
+        return None
+    payload, header = entry
     try:
-        payload, record, device_ids = pickle.loads(path.read_bytes())
-        os.utime(path)  # recently used: pruned last (prune_executables)
+        os.utime(path, follow_symlinks=False)  # recently used: pruned last (prune_executables)
+    except OSError:
+        pass  # a read-only cache: still a hit
+    try:
         from jax.experimental import serialize_executable as se  # noqa: PLC0415
 
         by_id = {d.id: d for d in jax.devices()}
         in_tree = jax.tree.structure((tuple(args), {}))
-        exe = se.deserialize_and_load(payload, in_tree, _out_tree_from(record),
-                                      execution_devices=[by_id[i] for i in device_ids])
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 (a stale or damaged entry is a cache miss, never an error)
+        exe = se.deserialize_and_load(payload, in_tree, _out_tree_from(header["out_tree"]),
+                                      execution_devices=[by_id[i] for i in header["device_ids"]])
+    except Exception:  # noqa: BLE001 (our own entry that no longer loads, e.g. other devices: a miss)
         return None
     return exe if rebuild is None else _Loaded(exe, path, rebuild)
 
 
 def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> None:
-    """Store ``compiled`` (built for ``args``/``statics``) for later processes; silently skipped when the
-    cache is off, the executable cannot be serialized, or the directory is not writable."""
+    """Store ``compiled`` (built for ``args``/``statics``) for later processes, sealed with this user's
+    key; silently skipped when the cache is off, the executable cannot be serialized, or the folder is
+    not writable (no temporary file is left behind)."""
+    from jaxsim.cache_trust import seal, user_key  # noqa: PLC0415
+    from jaxsim.outputs import atomic_file  # noqa: PLC0415
+
     d = executable_dir()
-    if d is None:
+    secret = None if d is None else user_key()
+    if secret is None:
         return
     try:
         from jax.experimental import serialize_executable as se  # noqa: PLC0415
@@ -227,11 +278,10 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
             return
         device_ids = [dev.id for dev in compiled._executable.xla_executable.local_devices()]
         payload, _, _ = se.serialize(compiled)
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{name}-{executable_key(name, args, statics)}.bin"
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps((payload, record, device_ids)))
-        tmp.replace(path)
+        path, key = _entry_path(d, name, args, statics)
+        header = json.dumps({"name": name, "key": key, "out_tree": record, "device_ids": device_ids}).encode("utf-8")
+        with atomic_file(path) as f:
+            f.write(seal(secret, len(header).to_bytes(8, "big") + header + payload))
         prune_executables(d)
     except Exception:  # noqa: BLE001 (caching is an optimisation; compiling again is always correct)
         return
@@ -252,25 +302,50 @@ def executable_cache_max_bytes() -> int:
     return int(mb * 2**20)
 
 
-def prune_executables(d: Path, max_bytes: int | None = None) -> list[Path]:
-    """Delete the least recently used entries (by modification time; a load touches its entry) until
-    the cache holds at most ``max_bytes``; return what was deleted. Every source change of jaxsim
-    starts new entries, so without this the folder would only grow."""
-    cap = executable_cache_max_bytes() if max_bytes is None else max_bytes
-    entries = []
-    for f in d.glob("*.bin"):
+def _own_entries(folder: Path, pattern: re.Pattern) -> list[tuple[int, int, Path]]:
+    """(mtime, size, path) of the plain files of this user in ``folder`` named by ``pattern``; a folder
+    that is a symbolic link is not listed."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return []
+        listing = list(os.scandir(folder))
+    except OSError:
+        return []
+    out = []
+    for e in listing:
+        if not pattern.fullmatch(e.name):
+            continue
         try:
-            st = f.stat()
+            st = e.stat(follow_symlinks=False)
         except OSError:
             continue
-        entries.append((st.st_mtime_ns, st.st_size, f))
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+            out.append((st.st_mtime_ns, st.st_size, Path(e.path)))
+    return out
+
+
+def prune_executables(d: Path, max_bytes: int | None = None) -> list[Path]:
+    """Delete the least recently used entries (by modification time; a load touches its entry) until
+    the cache holds at most ``max_bytes``; return what was deleted. The cap covers jaxsim's executables
+    in ``d`` and JAX's compilation cache entries in its parent folder (the cache root) together. Only
+    files of this user named as jaxsim and JAX name their entries are counted or deleted, never through
+    a symbolic link. Every source change of jaxsim starts new entries, so without this the folder would
+    only grow."""
+    from jaxsim.outputs import STALE_AFTER_S  # noqa: PLC0415
+
+    cap = executable_cache_max_bytes() if max_bytes is None else max_bytes
+    for mtime_ns, _, f in _own_entries(d, TEMP_NAME):  # what killed saves left
+        if time.time() - mtime_ns / 1e9 > STALE_AFTER_S:
+            with contextlib.suppress(OSError):
+                os.unlink(f)
+    entries = _own_entries(d, ENTRY_NAME) + _own_entries(d.parent, JAX_ENTRY_NAME)
     total = sum(size for _, size, _ in entries)
     gone = []
     for _, size, f in sorted(entries, key=lambda e: e[0]):
         if total <= cap:
             break
         try:
-            f.unlink()
+            os.unlink(f)
         except OSError:
             continue
         total -= size

@@ -43,8 +43,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -490,6 +488,14 @@ def select_decode_model(pos: np.ndarray, x: np.ndarray, y: np.ndarray, keys: np.
     return deg, -r, table
 
 
+def _require_samples(log: FpmLog, n: int, what: str) -> None:
+    """A correction is fitted to at least one usable training pass of its phase: else one line, naming the log."""
+    if n < 1:
+        raise TableError(f"{log.source}: too few passes to calibrate: no usable {what} training pass inside the profile's "
+                         f"support among its {len(log)} passes (calibration fits decode and prefill corrections to a "
+                         "training split and scores held-out passes; give a longer log)")
+
+
 def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig, *, base=None) -> tuple[Correction, Correction, dict]:
     """Fit the decode then the prefill correction on the training passes of ``log`` (``base``: ``rows``
     compiled, when the caller has them)."""
@@ -507,6 +513,7 @@ def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig, 
     info: dict = {"train_passes": int(train.sum()), "train_passes_dropped": int(dropped.sum())}
     # decode
     d = np.flatnonzero(good & (kind == DECODE))
+    _require_samples(log, d.size, "decode-only")
     xd = _decode_features(log.num_decode_requests[d], log.decode_kv_tokens[d])
     yd = np.log(meas[d] / pred[d])
     keys = np.stack([log.num_decode_requests[d], np.floor(xd[:, 1] * cfg.kv_bins_per_octave)], axis=1)
@@ -529,6 +536,7 @@ def fit(rows: CellRows, log: FpmLog, train: np.ndarray, cfg: CalibrationConfig, 
     keep_m = r_m > 0.05
     m, r_m = m[keep_m], r_m[keep_m]
     idx = np.concatenate([p, m])
+    _require_samples(log, idx.size, "prefill-only or mixed")
     y = np.concatenate([np.log(meas[p] / pred_mid[p]), np.log(r_m)])
     xp = _prefill_features(log.num_prefill_requests[idx], log.prefill_tokens[idx], log.prefill_kv_tokens[idx])
     keys = np.stack([np.floor(xp[:, 0] * cfg.token_bins_per_octave), np.round(xp[:, 1]), np.floor(xp[:, 2] * 2)], axis=1)
@@ -730,20 +738,9 @@ def write_calibrated(output: str | os.PathLike, parts: list[tuple[ModelProfile, 
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")
     profile = parts[0][0] if len(parts) == 1 else combine_profiles([p for p, _ in parts], provenance=parts[0][0].provenance)
     columns = parts[0][1] if len(parts) == 1 else merge_columns([c for _, c in parts])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_profile_dir(tmp, profile, columns, force=True,
-                          extra_sidecar={"data_source": DATA_SOURCE, **(extra_sidecar or {})})
-        if report is not None:
-            (tmp / "calibration.json").write_text(json.dumps(report, indent=1, default=_json_default) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    extra = {} if report is None else {"calibration.json": (json.dumps(report, indent=1, default=_json_default) + "\n").encode("utf-8")}
+    return write_profile_dir(out, profile, columns, force=True, extra_sidecar={"data_source": DATA_SOURCE, **(extra_sidecar or {})},
+                             extra_files=extra)
 
 
 def _json_default(v: Any):

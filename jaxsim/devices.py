@@ -80,12 +80,15 @@ def shard_if_even(*trees):
 def enable_compilation_cache() -> None:
     """Persist compiled kernels across CLI runs (``$JAXSIM_CACHE_DIR``, default ~/.cache/jaxsim/xla), the
     small ones too: a CLI run compiles a few dozen tiny functions (table conversions, capacity numbers)
-    whose 20–100 ms each add up (sweep_large's planning: 0.6 → 0.4 s with them cached)."""
-    path = os.environ.get("JAXSIM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "jaxsim", "xla")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError:
+    whose 20–100 ms each add up (sweep_large's planning: 0.6 → 0.4 s with them cached). The folder is
+    created 0700 and used only if this user owns it and nobody else can write it (JAX loads native code
+    from it): otherwise one line on stderr and no persistent cache (:mod:`jaxsim.cache_trust`)."""
+    from jaxsim.cache_trust import default_cache_root, trusted_dir
+
+    path = trusted_dir(default_cache_root(), "jaxsim cache folder")
+    if path is None:
         return
+    path = str(path)
     import sys
 
     if "jax" in sys.modules:  # already imported: set the options directly

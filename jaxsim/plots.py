@@ -81,11 +81,11 @@ def check_png_path(path: str | os.PathLike) -> Path:
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
-    from jaxsim.outputs import atomic
+    from jaxsim.outputs import atomic_file
 
     out = check_png_path(path)
-    with atomic(out) as tmp:
-        fig.savefig(tmp, format="png", bbox_inches="tight")
+    with atomic_file(out) as f:
+        fig.savefig(f, format="png", bbox_inches="tight")
     return out
 
 

@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from jaxsim.errors import QueryError
-from jaxsim.outputs import atomic, output_format
+from jaxsim.outputs import atomic_file, output_format
 
 __all__ = [
     "QUERY_COLUMNS", "MIXED_COLUMNS", "KINDS", "QueryBatch", "is_parquet", "open_writer", "plain_text", "read_queries",
@@ -194,7 +194,7 @@ def plain_text(table: pa.Table) -> pa.Table:
     return table
 
 
-def open_writer(tmp: Path, output: Path, schema: pa.Schema):
+def open_writer(tmp, output: Path, schema: pa.Schema):
     """A streaming writer of ``schema`` into ``tmp``, parquet (lz4, text columns dictionary-encoded) or CSV
     by ``output``'s extension."""
     if is_parquet(output):
@@ -211,7 +211,7 @@ def write_results(path: str | Path, table: pa.Table) -> None:
     """Write CSV or parquet (by extension) via a temporary file, then rename."""
     path = Path(path)
     output_format(path, ("csv", "parquet"))
-    with atomic(path) as tmp:
+    with atomic_file(path) as tmp:  # a file object on the temporary file
         if is_parquet(path):
             text = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
             pq.write_table(table, tmp, compression="lz4", use_dictionary=text, write_statistics=False)

@@ -17,7 +17,7 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.batched import CHUNK
 from jaxsim.kernels.queries import evaluate
 from jaxsim.kernels.rounds import RoundTable
-from jaxsim.outputs import atomic, output_format
+from jaxsim.outputs import atomic_file, output_format
 from jaxsim.query_files import QueryBatch, is_parquet, open_writer, plain_text, stream_queries, validate_queries
 
 __all__ = ["evaluate_file", "result_table"]
@@ -54,7 +54,7 @@ def evaluate_file(
         raise QueryError(f"{queries}: query file not found")
     writer = None
     total = answered = 0
-    with atomic(output) as tmp:
+    with atomic_file(output) as tmp:  # a file object on the temporary file
         try:
             for part in stream_queries(queries, CHUNK):
                 if part.num_rows == 0:

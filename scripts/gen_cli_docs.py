@@ -28,14 +28,17 @@ HEADER = """# CLI reference
 
 Every command prints one-line `error: ...` messages and exits with code 2 on a user mistake (code 70 and
 "internal error (this is a bug)" on anything else; `jaxsim --debug ...` shows its traceback), and never
-overwrites an existing output file unless `--force` is given. Regenerate this page with
+overwrites an existing output file unless `--force` is given (never an input of the same command, and a
+folder only if jaxsim wrote it: [safety.md](safety.md)). Regenerate this page with
 `.venv/bin/python scripts/gen_cli_docs.py` (a test checks it is up to date).
 
 Compiled code is kept between runs under `$JAXSIM_CACHE_DIR` (default `~/.cache/jaxsim/xla`): JAX's
 compilation cache, and in `jaxsim-executables/` the sweep's and the replay's whole executables, which a
 later run loads without tracing or compiling (keyed by jaxsim's source, the JAX version, the devices and
 the argument shapes; `JAXSIM_EXECUTABLE_CACHE=0` turns this part off; it keeps the most recently used
-entries within `JAXSIM_EXECUTABLE_CACHE_MAX_MB`, default 2048). Deleting the folder is always safe.
+entries within `JAXSIM_EXECUTABLE_CACHE_MAX_MB`, default 2048, JAX's entries included). Deleting the folder is
+always safe. A cache folder another user owns or can write is not used, and an entry not sealed with your
+own key is never loaded ([safety.md](safety.md)).
 
 """
 

@@ -55,7 +55,7 @@ def test_atomic_dir_replaces_only_when_complete(tmp_path):
         with outputs.atomic_dir(d) as tmp:
             (tmp / "b.json").write_text("{}")
             raise RuntimeError
-    assert sorted(p.name for p in d.iterdir()) == ["a.json"] and sorted(p.name for p in tmp_path.iterdir()) == ["prof"]
+    assert sorted(p.name for p in d.iterdir()) == [outputs.MARKER, "a.json"] and sorted(p.name for p in tmp_path.iterdir()) == ["prof"]
 
 
 @pytest.mark.parametrize("name, ok", [("x.csv", True), ("x.parquet", True), ("x.txt", False), ("x", False), ("x.png", False)])
@@ -129,7 +129,7 @@ def test_profile_import_files_are_0644_in_a_created_folder(tmp_path):
                             "--output", str(out)])
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["fpm_forward_perf.metadata.json", "fpm_forward_perf.parquet", "profile.json"]
+    assert names == [outputs.MARKER, "fpm_forward_perf.metadata.json", "fpm_forward_perf.parquet", "profile.json"]
     assert all(_mode(out / n) == 0o644 for n in names) and _mode(out) == 0o755
     assert sorted(p.name for p in out.parent.iterdir()) == ["my_profile"]  # no temporary folder left
 

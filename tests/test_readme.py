@@ -44,7 +44,7 @@ def test_readme_import_example_runs_verbatim(tmp_path, monkeypatch):
     r = _run(cmd, {"D": data})
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (tmp_path / "my_profile").iterdir()) == [
-        "fpm_forward_perf.metadata.json", "fpm_forward_perf.parquet", "profile.json"]
+        ".jaxsim-output", "fpm_forward_perf.metadata.json", "fpm_forward_perf.parquet", "profile.json"]
     r = runner.invoke(app, ["profiles", "validate", "my_profile"])
     assert r.exit_code == 0, r.output
 

@@ -158,10 +158,19 @@ def test_results_are_never_overwritten_without_force(spec_path, tmp_path):
 
 
 def test_a_foreign_work_directory_is_not_reused(spec_path, tmp_path):
+    """Another sweep's work directory (jaxsim's marker, another manifest) is refused, discarded with --force;
+    a folder jaxsim did not write is never used nor removed, --force or not."""
+    from jaxsim.outputs import MARKER
+
     out = tmp_path / "r.parquet"
     work = work_dir_for(out)
     work.mkdir()
     (work / "manifest.json").write_text('{"format": "something else"}')
+    for force in (False, True):
+        with pytest.raises(OutputExistsError, match="not a sweep work directory jaxsim wrote"):
+            run_sweep(spec_path, out, force=force)
+    assert (work / "manifest.json").read_text() == '{"format": "something else"}'
+    (work / MARKER).write_text("")
     with pytest.raises(OutputExistsError, match="different sweep"):
         run_sweep(spec_path, out)
     run_sweep(spec_path, out, force=True)

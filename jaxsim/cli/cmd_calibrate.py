@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.cli.common import guarded, refuse_overwrite
+from jaxsim.cli.common import guarded, refuse_output_dir
 
 CALIBRATE_HELP = """Fit a smooth per-phase correction of a (modelled) profile to measured forward passes and write a calibrated profile.
 
@@ -70,11 +70,12 @@ def register(app: typer.Typer) -> None:
         from jaxsim.profile.resolve import resolve_profile_dir
         from jaxsim.calibrate import CalibrationConfig, calibrate, calibrated_profile, write_calibrated
 
-        refuse_overwrite(output, force)
+        profile_dir = resolve_profile_dir(profile)
+        refuse_output_dir(output, force, (log, model_card, vllm_metadata, profile_dir))
         cfg = CalibrationConfig(window=window, train_fraction=train_fraction)
         if window == 100 and train_fraction == 0.7 and log.is_dir():
             cfg = CalibrationConfig(window=10, train_fraction=0.7)  # planner sweeps: tens of points
-        cal = calibrate(resolve_profile_dir(profile), log, tp=tp, backend_version=backend_version, model_card=model_card,
+        cal = calibrate(profile_dir, log, tp=tp, backend_version=backend_version, model_card=model_card,
                         vllm_metadata=vllm_metadata, model=model, model_revision=model_revision, config=cfg)
         write_calibrated(output, [calibrated_profile(cal)], force=True, report=cal.summary())
         if as_json:

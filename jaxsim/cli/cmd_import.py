@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.cli.common import guarded, refuse_overwrite
+from jaxsim.cli.common import guarded, refuse_output_dir
 
 FPM_LOG_HELP = """Import a per-iteration forward-pass log into a profile directory (profile.json + schema-7 table).
 
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from jaxsim.importers.fpm_log import BinningConfig, import_fpm_log, resolve_identity, write_import
 
-        refuse_overwrite(output, force)
+        refuse_output_dir(output, force, (log, model_card, vllm_metadata, hf_config))
         ident = resolve_identity(
             model_card=model_card, vllm_metadata=vllm_metadata, hf_config=hf_config, model=model,
             model_revision=model_revision, system=system, backend_version=backend_version, tp=tp,
@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
         from jaxsim.importers.dynamo_planner import import_planner_dir
         from jaxsim.importers.fpm_log import write_profile_dir
 
-        refuse_overwrite(output, force)
+        refuse_output_dir(output, force, (directory,))
         for name, v in (("--model-revision", model_revision), ("--system", system), ("--backend-version", backend_version),
                         ("--architecture", architecture), ("--kv-bytes-per-token", kv_bytes_per_token),
                         ("--context-length", context_length)):
@@ -204,7 +204,7 @@ def register(app: typer.Typer) -> None:
             return
         if model is None or system is None or output is None:
             raise JaxsimError("MODEL, --system and --output are required (or --list-models / --list-systems)")
-        refuse_overwrite(output, force)
+        refuse_output_dir(output, force, (draft_config,))
         req = om.OpModelRequest(
             model=model, system=system, tp=om.parse_tp_list(tp), backend_version=backend_version,
             kv_cache_dtype=kv_cache_dtype, gemm_quant_mode=gemm_quant_mode, gpu_memory_utilization=gpu_memory_utilization,

@@ -111,19 +111,20 @@ def _done(path: Path, quiet: bool) -> None:
         typer.echo(f"wrote {path}")
 
 
-def _figure(output: Path, force: bool, quiet: bool, draw) -> None:
-    """Check the PNG path, matplotlib and overwrite rule before anything loads; then ``draw(plots)``."""
+def _figure(output: Path, force: bool, quiet: bool, draw, source=None) -> None:
+    """Check the PNG path, matplotlib and overwrite rule (never over ``source``, the input) before anything
+    loads; then ``draw(plots)``."""
     from jaxsim import plots
 
     plots.check_png_path(output)
     plots.require_matplotlib()
-    refuse_overwrite(output, force)
+    refuse_overwrite(output, force, None, (source,))
     _done(draw(plots), quiet)
 
 
 def _profile_figure(profile: str, output: Path, force: bool, quiet: bool, identity: dict, draw) -> None:
     """A figure of one deployment: ``draw(plots_module, view)``."""
-    _figure(output, force, quiet, lambda plots: draw(plots, plots.load_view(profile, **identity)))
+    _figure(output, force, quiet, lambda plots: draw(plots, plots.load_view(profile, **identity)), profile)
 
 
 def register(app: typer.Typer) -> None:
@@ -164,7 +165,7 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        _figure(output, force, quiet, lambda plots: plots.plot_pareto(results, output, workload=workload))
+        _figure(output, force, quiet, lambda plots: plots.plot_pareto(results, output, workload=workload), results)
 
     @plot_app.command("cdf", help=CDF_HELP)
     @guarded
@@ -174,7 +175,7 @@ def register(app: typer.Typer) -> None:
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
-        _figure(output, force, quiet, lambda plots: plots.plot_latency_cdf(results, output))
+        _figure(output, force, quiet, lambda plots: plots.plot_latency_cdf(results, output), results)
 
     @plot_app.command("timeline", help=TIMELINE_HELP)
     @guarded
@@ -189,4 +190,4 @@ def register(app: typer.Typer) -> None:
             from jaxsim import limits
 
             limits.check("blocks", num_gpu_blocks, "--num-gpu-blocks")
-        _figure(output, force, quiet, lambda plots: plots.plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks))
+        _figure(output, force, quiet, lambda plots: plots.plot_kv_timeline(timeline, output, num_gpu_blocks=num_gpu_blocks), timeline)

@@ -14,7 +14,7 @@ import typer
 
 from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
-from jaxsim.outputs import atomic
+from jaxsim.outputs import atomic_file
 from jaxsim.sla import SLA
 
 EXIT_INCOMPLETE = 3
@@ -114,8 +114,8 @@ def _write(table, path: Path, summaries: list[dict]) -> None:
     meta = dict(table.schema.metadata or {})
     meta[b"jaxsim.replay.summary"] = json.dumps(summaries).encode()
     table = table.replace_schema_metadata(meta)
-    with atomic(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+    with atomic_file(path) as f:
+        pq.write_table(table, f, compression="zstd")
 
 
 def _timeline_table(outcomes):
@@ -213,9 +213,10 @@ def register(app: typer.Typer) -> None:
             if v is not None:
                 limits.check("ms", v, opt)
         tl_path = output.with_name(output.stem + ".timeline.parquet")
-        refuse_overwrite(output, force, ("parquet",))
+        inputs = (config, sweep, trace)
+        refuse_overwrite(output, force, ("parquet",), inputs)
         if timeline:
-            refuse_overwrite(tl_path, force)
+            refuse_overwrite(tl_path, force, None, inputs)
         sla = None
         if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
             sla = SLA(max_ttft_ms=sla_ttft_ms, max_tpot_ms=sla_tpot_ms, max_e2e_ms=sla_e2e_ms)
@@ -246,8 +247,8 @@ def register(app: typer.Typer) -> None:
         if timeline:
             import pyarrow.parquet as pq
 
-            with atomic(tl_path) as tmp:
-                pq.write_table(_timeline_table(outcomes), tmp, compression="zstd")
+            with atomic_file(tl_path) as f:
+                pq.write_table(_timeline_table(outcomes), f, compression="zstd")
         timings = _timings(timings, t_results, t_start)
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "timings": timings,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from jaxsim.cli.common import fail, guarded, refuse_overwrite
+from jaxsim.cli.common import guarded, refuse_overwrite
 
 ROUND_HELP = """Evaluate forward-pass (round) timings for every query row of a CSV/parquet file.
 
@@ -44,9 +44,7 @@ def register(app: typer.Typer) -> None:
         from jaxsim.profile.resolve import profile_data_source
         from jaxsim.round_queries import evaluate_file
 
-        refuse_overwrite(output, force, ("csv", "parquet"))
-        if output.resolve() == queries.resolve():
-            fail(f"{output}: output would overwrite the query file")
+        refuse_overwrite(output, force, ("csv", "parquet"), inputs=(queries, profile))
         t0 = time.perf_counter()
         table, deployment = load_round_table(
             profile, tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, role=role, system=system, backend_version=backend_version

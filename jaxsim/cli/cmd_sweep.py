@@ -278,22 +278,23 @@ def register(app: typer.Typer) -> None:
         out = output or _free_default(spec.stem, force)
         if out.suffix.lower() != ".parquet":
             fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
-        refuse_overwrite(out, force)
+        inputs = (spec, trace)
+        refuse_overwrite(out, force, None, inputs)
         vpath = out.with_name(out.stem + ".verified.parquet")
         tr = None
         if verify_top is not None:
             from jaxsim.replay.traces import load_trace
 
-            refuse_overwrite(vpath, force)
+            refuse_overwrite(vpath, force, None, inputs)
             tr = load_trace(trace)
         if csv:
-            refuse_overwrite(out.with_suffix(".csv"), force)
+            refuse_overwrite(out.with_suffix(".csv"), force, None, inputs)
         if plot is not None:
             if plot.suffix.lower() != ".png":
                 fail(f"{plot}: the plot is written as PNG; use a .png file name")
             if importlib.util.find_spec("matplotlib") is None:
                 fail("--plot needs matplotlib, which is not installed: pip install -e '.[plot]' (in the jaxsim checkout)")
-            refuse_overwrite(plot, force)
+            refuse_overwrite(plot, force, None, (*inputs, out))
         pid, count = 0, 1
         if distributed or coordinator or num_processes is not None or process_id is not None:
             import jax

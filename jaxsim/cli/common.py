@@ -78,13 +78,23 @@ def guarded(fn):
     return wrapper
 
 
-def refuse_overwrite(path: Path, force: bool, formats=None) -> None:
-    """Before any work: never overwrite a user's file unless --force; refuse an extension the command
-    cannot write (``formats``, e.g. ``("csv", "parquet")``) and an output whose folder is a file
-    (:mod:`jaxsim.outputs`: one policy for every writer; missing folders are created)."""
+def refuse_overwrite(path: Path, force: bool, formats=None, inputs=()) -> None:
+    """Before any work: never overwrite a user's file unless --force, nor one of the command's ``inputs``
+    even with it; refuse an extension the command cannot write (``formats``, e.g. ``("csv", "parquet")``)
+    and an output whose folder is a file (:mod:`jaxsim.outputs`: one policy for every writer; missing
+    folders are created)."""
     from jaxsim.outputs import check_output
 
-    check_output(path, formats, force=force)
+    check_output(path, formats, force=force, inputs=inputs)
+
+
+def refuse_output_dir(path: Path, force: bool, inputs=()) -> None:
+    """Before any work, for a command that writes a whole folder: never the working directory, one of its
+    parents or the home directory, never a folder holding one of ``inputs``; an existing folder only with
+    --force and only if jaxsim wrote it (:func:`jaxsim.outputs.check_output_dir`)."""
+    from jaxsim.outputs import check_output_dir
+
+    check_output_dir(path, force=force, inputs=inputs)
 
 
 def console():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Optional
 
 import typer
@@ -13,7 +14,8 @@ use_all_cpu_cores()
 enable_compilation_cache()
 
 import jaxsim  # noqa: E402  (imports no JAX: commands import it inside their functions)
-from jaxsim.cli.common import set_debug  # noqa: E402
+from jaxsim.cli.common import fail, set_debug  # noqa: E402
+from jaxsim.errors import JaxsimError  # noqa: E402
 
 app = typer.Typer(
     name="jaxsim",
@@ -25,6 +27,8 @@ app = typer.Typer(
 
 # Each command module exposes ``register(app)``; one module per command group.
 COMMAND_MODULES = ("cmd_round", "cmd_profiles", "cmd_import", "cmd_validate", "cmd_capacity", "cmd_sweep", "cmd_replay", "cmd_trace", "cmd_plot", "cmd_calibrate")
+NO_JAX_COMMANDS = ("profiles", "validate")
+"""Commands that never start JAX: a broken JAX_PLATFORMS / XLA_FLAGS does not concern them."""
 
 
 def _version(value: bool) -> None:
@@ -41,6 +45,14 @@ def _root(
 ) -> None:
     """jaxsim: measured forward-pass profiles → round timings, capacity, sweeps and replays."""
     set_debug(ctx, debug)
+    from jaxsim.environment import check_jax_environment, console_safe_streams
+
+    console_safe_streams()
+    if ctx.invoked_subcommand is not None and ctx.invoked_subcommand not in NO_JAX_COMMANDS:
+        try:
+            check_jax_environment()  # before any work: one line naming the variable
+        except JaxsimError as e:
+            fail(str(e))
 
 
 for _name in COMMAND_MODULES:
@@ -48,4 +60,13 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
+    from jaxsim.environment import check_arguments, console_safe_streams, terminate_cleanly
+
+    console_safe_streams()
+    terminate_cleanly()
+    try:
+        check_arguments(sys.argv[1:])
+    except JaxsimError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
     app()

@@ -32,6 +32,7 @@ import numpy as np
 import jaxsim
 from jaxsim.errors import JaxsimError, ProfileError, TableError
 from jaxsim.importers.fpm_log import BinnedRows, LogIdentity, build_deployment, table_columns
+from jaxsim.importers.log_checks import refuse_duplicate_columns, refuse_non_positive
 from jaxsim.profile.model import ModelProfile
 
 # Public facts of nvidia/Llama-3.1-8B-Instruct-FP8 (config.json: 32 layers, 8 KV heads, head_dim 128, BF16 KV)
@@ -74,7 +75,9 @@ def _csv(path: Path, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise TableError(f"{path}: cannot read: {e.strerror or e}") from None
-    rows = list(csv.DictReader(text.splitlines()))
+    reader = csv.DictReader(text.splitlines())
+    refuse_duplicate_columns(path, reader.fieldnames or [])
+    rows = list(reader)
     if not rows:
         raise TableError(f"{path}: no rows")
     missing = [c for c in columns if c not in rows[0]]
@@ -89,6 +92,8 @@ def _csv(path: Path, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
             raise TableError(f"{path}: row {bad + 1}: {c}: not a number ({rows[bad][c]!r})") from None
         if not np.all(np.isfinite(out[c])):
             raise TableError(f"{path}: {c}: non-finite values")
+        if c.endswith("_ms"):
+            refuse_non_positive(path, out[c], c)
     return out
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import jaxsim
 from jaxsim.errors import JaxsimError, ProfileError, TableError, read_text
 from jaxsim.fields import FieldReader, is_int
+from jaxsim.importers.log_checks import refuse_duplicate_columns, refuse_non_positive, unique_keys
 from jaxsim.profile.model import (
     COMM_QUANT_MODES,
     FMHA_QUANT_MODES,
@@ -116,6 +117,7 @@ def _sha256(data: bytes) -> str:
 def _read_csv(path: Path, text: str) -> tuple[dict[str, list], list[str], list[str]]:
     reader = csv.DictReader(io.StringIO(text))
     header = reader.fieldnames or []
+    refuse_duplicate_columns(path, header)
     missing = [c for c in LOG_COLUMNS if c not in header]
     if "latency_ms" not in header and "wall_time" not in header:
         missing.append("latency_ms (or wall_time in seconds)")
@@ -146,7 +148,7 @@ def _read_jsonl(path: Path, text: str) -> tuple[dict[str, list], list[str], list
             continue
         where = f"{path}: line {n}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, object_pairs_hook=unique_keys)
         except ValueError as e:
             raise TableError(f"{where}: invalid JSON: {str(e).splitlines()[0]}") from None
         if not isinstance(obj, dict):
@@ -178,7 +180,10 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
     if not text.strip():
         raise TableError(f"{p}: FPM log is empty")
     jsonl = p.suffix.lower() in (".jsonl", ".json", ".ndjson") or text.lstrip().startswith("{")
-    cols, streams, phases = (_read_jsonl if jsonl else _read_csv)(p, text)
+    try:
+        cols, streams, phases = (_read_jsonl if jsonl else _read_csv)(p, text)
+    except csv.Error as e:  # e.g. a stray carriage return inside a field
+        raise TableError(f"{p}: not a readable CSV file: {e}") from None
     if not cols["counter_id"]:
         raise TableError(f"{p}: FPM log has no rows")
     distinct = sorted(set(streams))
@@ -190,6 +195,13 @@ def read_fpm_log(path: str | os.PathLike) -> FpmLog:
     arr = {c: np.asarray(v, dtype=np.int64) for c, v in cols.items() if c in LOG_COLUMNS}
     lat = np.asarray(cols["latency_ms"], dtype=np.float64)
     has_p, has_d = arr["num_prefill_requests"] > 0, arr["num_decode_requests"] > 0
+    work = np.flatnonzero(has_p | has_d)  # a pass that scheduled work takes time (idle heartbeats may record 0)
+    if jsonl:
+        lines = np.array([n for n, ln in enumerate(text.splitlines(), 1) if ln.strip()])
+        refuse_non_positive(p, lat[work], "wall_time", label="line", numbers=lines[work])
+    else:
+        refuse_non_positive(p, lat[work], "latency_ms" if "latency_ms" in next(csv.reader(io.StringIO(text)), []) else "wall_time",
+                            numbers=work + 1)
     bad = np.flatnonzero(~has_p & (arr["sum_prefill_tokens"] > 0))
     if bad.size:
         raise TableError(f"{p}: row {int(bad[0]) + 1}: sum_prefill_tokens > 0 without prefill requests")
@@ -914,8 +926,10 @@ def write_profile_dir(
     measurement_policy: str = AR_POLICY,
     force: bool = False,
     extra_sidecar: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
 ) -> Path:
-    """Write ``profile.json`` + the table pair (flat layout) into ``output``; refuses an existing dir unless ``force``."""
+    """Write ``profile.json`` + the table pair (flat layout) and ``extra_files`` (name -> bytes) into
+    ``output``, atomically; an existing dir is refused unless ``force``, and replaced only if jaxsim wrote it."""
     out = Path(output)
     if out.exists() and not force:
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")
@@ -925,12 +939,14 @@ def write_profile_dir(
     if len(systems) != 1:
         raise ProfileError("a flat profile directory holds one system/backend/backend_version; import each separately")
     system, backend, version = systems.pop()
-    from jaxsim.outputs import atomic_dir
+    from jaxsim.outputs import atomic_dir, write_bytes
 
     with atomic_dir(out) as tmp:  # a killed or failed import leaves no half-written profile under OUTPUT
         write_table(tmp, columns, measurement_policy=measurement_policy, system=system, backend=backend,
                     backend_version=version, extra_sidecar=extra_sidecar, overwrite=True)
         save_profile(profile, tmp / "profile.json")
+        for name, data in (extra_files or {}).items():
+            write_bytes(tmp / name, data)
     return out
 
 

@@ -28,10 +28,12 @@ one-line install hint when aiconfigurator-core is missing.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -312,7 +314,8 @@ def _draft(path: Path) -> tuple[Path, str, str]:
         raise OpModelError(f"{f}: not JSON: {str(e).splitlines()[0]}") from None
     if not isinstance(cfg, dict) or not cfg.get("architectures"):
         raise OpModelError(f"{f}: not a Hugging Face config.json (no architectures)")
-    d = Path(tempfile.mkdtemp(prefix="jaxsim-draft-"))
+    d = Path(tempfile.mkdtemp(prefix="jaxsim-draft-"))  # private (0700); removed when the process exits
+    atexit.register(shutil.rmtree, d, True)
     (d / "config.json").write_bytes(raw)
     return d, str(cfg.get("_name_or_path") or f.parent.name or f.stem), hashlib.sha1(raw).hexdigest()
 

@@ -388,9 +388,9 @@ def load_trace(
 
 def write_trace_csv(trace: Trace, path: str | os.PathLike) -> None:
     """Write a trace in the plain CSV format (``arrival_ms,input_length,output_length``)."""
-    from jaxsim.outputs import atomic
+    from jaxsim.outputs import atomic_file
 
-    with atomic(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+    with atomic_file(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["arrival_ms", "input_length", "output_length"])
         for a, i, o in zip(trace.arrival_ms, trace.input_tokens, trace.output_tokens):

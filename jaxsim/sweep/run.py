@@ -3,7 +3,8 @@
 Each chunk of configurations is decoded from its index range (:class:`~jaxsim.sweep.spec.SweepPlan`),
 evaluated by ONE ahead-of-time compiled :func:`~jaxsim.sweep.evaluate.evaluate_chunk` with the config
 axis split over every local device (``NamedSharding`` over a 1-D mesh), and written as its own Arrow IPC
-file in ``<output>.work/``. A rerun after a kill skips the finished chunks. When all chunks exist they
+file in ``<output>.work/``. A rerun after a kill skips the finished chunks whose checksums match, if
+the spec and every input are unchanged (:mod:`jaxsim.sweep.resume`). When all chunks exist they
 are streamed into the final parquet (and CSV) with an ``on_pareto`` column; the result is byte-identical
 however many times the sweep was interrupted. Memory is bounded by the chunk size: only the per-chunk
 Pareto candidates and top rows are kept.
@@ -15,9 +16,11 @@ k mod process_count == process_index into a shared work directory; process 0 the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.feather  # noqa: F401  (pa.feather)
 import pyarrow.parquet as pq
 
 import jaxsim
@@ -38,8 +40,9 @@ from jaxsim.errors import JaxsimError
 from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import stack_round_tables
-from jaxsim.outputs import publish, temp_path
+from jaxsim.outputs import MARKER, atomic_file, is_jaxsim_dir, write_marker
 from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep import resume as rs
 from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep
 
@@ -211,50 +214,61 @@ def _manifest(plan: SweepPlan, size: int, top: int) -> dict:
         "format": FORMAT,
         "jaxsim": jaxsim.__version__,
         "spec_digest": plan.spec.digest(),
+        "inputs_digest": rs.plan_digest(plan),
         "chunk_size": size,
         "configs": plan.num_configs,
         "top": top,
     }
 
 
+def _read_manifest(mpath: Path) -> dict | None:
+    try:
+        return json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _is_sweep_work_dir(work: Path, old: dict | None) -> bool:
+    """Written by jaxsim: its marker, or (work directories of earlier versions) a sweep manifest."""
+    return is_jaxsim_dir(work) or (not work.is_symlink() and isinstance(old, dict) and old.get("format") == FORMAT)
+
+
 def _prepare_work_dir(work: Path, manifest: dict, force: bool) -> None:
+    """Reuse ``work`` only when its manifest (the resume key: spec, inputs, code, chunk size, top) is this
+    run's; otherwise refuse in one line, or with ``force`` discard it (only if jaxsim wrote it)."""
     mpath = work / "manifest.json"
-    if work.exists():
-        try:
-            old = json.loads(mpath.read_text())
-        except (OSError, ValueError):
-            old = None
+    if os.path.lexists(work):
+        old = _read_manifest(mpath)
+        if not _is_sweep_work_dir(work, old):
+            raise OutputExistsError(f"{work}: exists and is not a sweep work directory jaxsim wrote (no {MARKER} file); "
+                                    "refusing to use or remove it")
         if old != manifest:
             if not force:
                 raise OutputExistsError(
-                    f"{work}: work directory of a different sweep (spec, --chunk-size, --top or jaxsim version changed); "
-                    "pass --force to discard it"
+                    f"{work}: work directory of a different sweep (the spec, an input profile table, trace or acceptance "
+                    "preset, --chunk-size, --top or jaxsim changed); pass --force to discard it and start again"
                 )
             shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
+    if not is_jaxsim_dir(work):
+        write_marker(work)
     if not mpath.exists():
-        tmp = mpath.with_name(mpath.name + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        tmp.replace(mpath)
+        with atomic_file(mpath, "w", encoding="utf-8") as f:
+            f.write(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
-def _write_chunk_atomic(table: pa.Table, path: Path) -> None:
-    """Chunk files are Arrow IPC (lz4): several times faster to write and read back than parquet."""
-    tmp = path.with_name(path.name + ".tmp")
-    pa.feather.write_feather(table, tmp, compression="lz4")
-    tmp.replace(path)
-
-
-def _read_chunk(path: Path) -> pa.Table:
-    return pa.feather.read_table(path, memory_map=False)
-
-
-def _chunk_path(work: Path, k: int) -> Path:
-    return work / f"chunk-{k:07d}.arrow"
-
-
-def _best_path(work: Path, k: int) -> Path:
-    return work / f"best-{k:07d}.arrow"
+def _chunks_to_run(work: Path, mine: list[int]) -> list[int]:
+    """The chunks of ``mine`` not finished intact; a finished chunk whose files no longer match their
+    checksums (truncated, edited) is discarded and run again, with one line on stderr."""
+    todo = []
+    for k in mine:
+        if rs.chunk_intact(work, k):
+            continue
+        if rs.chunk_written(work, k):
+            print(f"note: {rs.chunk_path(work, k)}: truncated or changed since it was written; recomputing it", file=sys.stderr)
+        rs.discard_chunk(work, k)
+        todo.append(k)
+    return todo
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -335,7 +349,7 @@ def run_sweep(
     _prepare_work_dir(work, _manifest(plan, size, top), force)
     chunks = plan.chunks(size)
     mine = [k for k in range(len(chunks)) if k % process_count == process_index]
-    todo = [k for k in mine if not (_chunk_path(work, k).exists() and _best_path(work, k).exists())]
+    todo = _chunks_to_run(work, mine)
     evaluator = Evaluator(plan, size, mesh_devices)
     total = sum(chunks[k][2] - chunks[k][1] for k in mine)
     done0 = total - sum(chunks[k][2] - chunks[k][1] for k in todo)
@@ -354,8 +368,7 @@ def run_sweep(
             if pending is not None:
                 pk, ps, pe, res = pending
                 table = chunk_table(plan, ps, pe, res)
-                _write_chunk_atomic(_best_rows(table, top), _best_path(work, pk))
-                _write_chunk_atomic(table, _chunk_path(work, pk))
+                rs.write_chunk(work, pk, table, _best_rows(table, top))
                 evaluated += pe - ps
                 dt = time.perf_counter() - t_eval
                 prog.update(task, advance=pe - ps, rate=f"{evaluated / dt:,.0f} configs/s" if dt > 0 else "")
@@ -384,9 +397,9 @@ def run_sweep(
 
 
 def _wait_for(work: Path, n: int, poll_s: float = 0.5) -> None:
-    """Block until every chunk file exists (other processes may still be writing theirs)."""
+    """Block until every chunk is written (other processes may still be writing theirs)."""
     while True:
-        missing = [k for k in range(n) if not (_chunk_path(work, k).exists() and _best_path(work, k).exists())]
+        missing = [k for k in range(n) if not rs.chunk_written(work, k)]
         if not missing:
             return
         time.sleep(poll_s)
@@ -395,7 +408,7 @@ def _wait_for(work: Path, n: int, poll_s: float = 0.5) -> None:
 def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path | None, top: int):
     """Merge chunk files into the final results (``on_pareto``: on its workload's SLA-feasible frontier);
     return the top rows and the frontier per workload, and counts."""
-    best = pa.concat_tables([_read_chunk(_best_path(work, k)) for k in range(n)])
+    best = pa.concat_tables([rs.read_chunk(work, k, best=True) for k in range(n)])
     if best.num_rows:
         x, y, ids, g = _xyg(best)
         on = pareto_mask(x, y, ids, g)
@@ -412,55 +425,48 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
     feasible = 0
     writer = None
     csv_writer = None
-    tmp = temp_path(output)
-    tmp_csv = temp_path(csv_path) if csv_path else None
-    try:
-        for k in range(n):
-            t = _read_chunk(_chunk_path(work, k))
-            on = np.isin(t.column("config_id").to_numpy(), front_ids)
-            t = t.append_column("on_pareto", pa.array(on))
-            if writer is None:
-                schema = t.schema.with_metadata({"jaxsim.sweep": json.dumps(meta, sort_keys=True)})
-                labels = [f.name for f in schema if pa.types.is_dictionary(f.type)]
-                writer = pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=labels)
-            writer.write_table(t)
-            if tmp_csv is not None:
-                plain = pa.table({c: (pc.cast(t.column(c), pa.string()) if pa.types.is_dictionary(t.column(c).type) else t.column(c))
-                                  for c in t.column_names})
-                if csv_writer is None:
-                    csv_writer = pacsv.CSVWriter(str(tmp_csv), plain.schema)
-                csv_writer.write_table(plain)
-            # counts by integer code (status_name is the dictionary of status codes): no string sorting
-            st_col = t.column("status").to_numpy().astype(np.int64)
-            wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
-            sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
-            feasible += int(sla_col.sum())
-            nc = max(st.NUM_CODES, int(st_col.max()) + 1 if st_col.size else 0)
-            nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
-            by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
-            sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
-            for c in np.flatnonzero(by.sum(axis=0)):
-                status_counts[st.name(c)] = status_counts.get(st.name(c), 0) + int(by[:, c].sum())
-            for wi in np.flatnonzero(by.sum(axis=1)):
-                d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
-                d["configs"] += int(by[wi].sum())
-                d["supported"] += int(by[wi, : st.FIRST_UNSUPPORTED].sum())
-                d["sla_feasible"] += int(sla_by[wi])
-                for c in np.flatnonzero(by[wi, st.FIRST_UNSUPPORTED:]) + st.FIRST_UNSUPPORTED:
-                    d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
-    except BaseException:
-        for t in (tmp, tmp_csv):
-            if t is not None and t.exists():
-                t.unlink()
-        raise
-    finally:
-        if writer is not None:
-            writer.close()
-        if csv_writer is not None:
-            csv_writer.close()
-    publish(tmp, output)
-    if tmp_csv is not None:
-        publish(tmp_csv, csv_path)
+    with contextlib.ExitStack() as files:  # temporary files, renamed onto output (and csv_path) once complete
+        tmp = files.enter_context(atomic_file(output))
+        tmp_csv = files.enter_context(atomic_file(csv_path)) if csv_path else None
+        try:
+            for k in range(n):
+                t = rs.read_chunk(work, k)
+                on = np.isin(t.column("config_id").to_numpy(), front_ids)
+                t = t.append_column("on_pareto", pa.array(on))
+                if writer is None:
+                    schema = t.schema.with_metadata({"jaxsim.sweep": json.dumps(meta, sort_keys=True)})
+                    labels = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+                    writer = pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=labels)
+                writer.write_table(t)
+                if tmp_csv is not None:
+                    plain = pa.table({c: (pc.cast(t.column(c), pa.string()) if pa.types.is_dictionary(t.column(c).type) else t.column(c))
+                                      for c in t.column_names})
+                    if csv_writer is None:
+                        csv_writer = pacsv.CSVWriter(tmp_csv, plain.schema)
+                    csv_writer.write_table(plain)
+                # counts by integer code (status_name is the dictionary of status codes): no string sorting
+                st_col = t.column("status").to_numpy().astype(np.int64)
+                wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
+                sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
+                feasible += int(sla_col.sum())
+                nc = max(st.NUM_CODES, int(st_col.max()) + 1 if st_col.size else 0)
+                nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
+                by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
+                sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
+                for c in np.flatnonzero(by.sum(axis=0)):
+                    status_counts[st.name(c)] = status_counts.get(st.name(c), 0) + int(by[:, c].sum())
+                for wi in np.flatnonzero(by.sum(axis=1)):
+                    d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
+                    d["configs"] += int(by[wi].sum())
+                    d["supported"] += int(by[wi, : st.FIRST_UNSUPPORTED].sum())
+                    d["sla_feasible"] += int(sla_by[wi])
+                    for c in np.flatnonzero(by[wi, st.FIRST_UNSUPPORTED:]) + st.FIRST_UNSUPPORTED:
+                        d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
+        finally:
+            if writer is not None:
+                writer.close()
+            if csv_writer is not None:
+                csv_writer.close()
     names = plan.labels["workload"]
     counts = {
         "workloads": {names[i]: {**d, "refusals": dict(sorted(d["refusals"].items(), key=lambda kv: -kv[1]))}
