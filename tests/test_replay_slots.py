@@ -68,14 +68,14 @@ def test_too_few_slots_stop_with_slots_full_and_widening_continues_exactly():
     assert full.status == COMPLETED and np.nanmax(full.timeline[:, 2]) > 16  # column 2: running requests
 
     pp, rq, keys = _stack(p), _stack(trace.requests(N)), _stack(jax.random.PRNGKey(0))
-    s, aux = jax.tree.map(np.asarray, batch.start_many(pp, rq, slots=16, timeline_len=TIMELINE))
-    s = jax.tree.map(np.asarray, batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False))
+    s, consts = jax.tree.map(np.asarray, batch.start_many(pp, rq, slots=16, timeline_len=TIMELINE))
+    s = jax.tree.map(np.asarray, batch.advance_many(pp, consts, keys, s, stochastic=False))
     assert int(s.status[0]) == SLOTS_FULL
     stopped_at = int(s.passes[0])
     assert 0 < stopped_at < int(full.num_passes)
-    s, aux = widen_stack(s, aux, 64)
-    s = batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False)
-    got = unstack(jax.tree.map(np.asarray, batch.finish_many(rq, s, aux)), 0)
+    s, consts = widen_stack(s, consts, 64)
+    s = batch.advance_many(pp, consts, keys, s, stochastic=False)
+    got = unstack(jax.tree.map(np.asarray, batch.finish_many(rq, s, consts)), 0)
     for name, a in vars(full).items():
         np.testing.assert_array_equal(getattr(got, name), a, err_msg=name)
 
@@ -173,7 +173,7 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     items = [(p, trace.requests(N), jax.random.PRNGKey(i), slot_bucket(int(p.max_num_seqs)), False) for i, p in enumerate(params)]
     calls = []
     call = batch._call
-    monkeypatch.setattr(batch, "_call", lambda name, args, statics: calls.append((name, args[-1].run.shape if "advance" in name else None)) or call(name, args, statics))
+    monkeypatch.setattr(batch, "_call", lambda name, args, statics: calls.append((name, args[-1].running.shape if "advance" in name else None)) or call(name, args, statics))
     got = batch._run_items(items, timeline_len=TIMELINE, chunk=None)
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)

@@ -70,16 +70,16 @@ advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_tab
 finish_many = jit_x64(finish_stack)
 
 
-def advance_split(p: EngineParams, arr_sorted, n_acc, keys, s, *, stochastic: bool, shared_table: bool):
+def advance_split(p: EngineParams, consts, keys, s, *, stochastic: bool, shared_table: bool):
     """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
     device running its own loop over its own items (no cross-device step per pass)."""
     items = P("batch")
     p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
     local = jax.shard_map(
         lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table), mesh=_mesh(),
-        in_specs=(p_spec, items, items, items, items), out_specs=items, check_vma=False,
+        in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
     )
-    return local(p, arr_sorted, n_acc, keys, s)
+    return local(p, consts, keys, s)
 
 
 _FUNCTIONS = {
@@ -394,7 +394,7 @@ class _Group:
             s_abs, aux_abs = jax.eval_shape(lambda p, r, lv=lv: start_stack(p, r, slots=lv, timeline_len=self.timeline_len,
                                                                              shared_table=self.shared_table), pp, rr)
             sds = _abstract(split)
-            out.append((_advance_name(split), (pp, sds(aux_abs[0]), sds(aux_abs[1]), kk, jax.tree.map(sds, s_abs)), self.run_statics))
+            out.append((_advance_name(split), (pp, jax.tree.map(sds, aux_abs), kk, jax.tree.map(sds, s_abs)), self.run_statics))
         s_abs, aux_abs = widen_stack(s_abs, aux_abs, 0)
         pp, rr, kk, put, split = self._args([0], fin, abstract=True)
         s_abs, aux_abs = jax.tree.map(lambda a: jax.ShapeDtypeStruct((fin,) + a.shape[1:], a.dtype), (s_abs, aux_abs))
@@ -425,7 +425,7 @@ class _Group:
                 sel = pending[lo: lo + size]
                 pp, rr, kk, put, split = self._args(sel, size)
                 s, aux = _np_stack([state[j] for j in np.resize(np.asarray(sel), size)])
-                s = host(_call(_advance_name(split), (pp, put(aux[0]), put(aux[1]), kk, jax.tree.map(put, s)), self.run_statics))
+                s = host(_call(_advance_name(split), (pp, jax.tree.map(put, aux), kk, jax.tree.map(put, s)), self.run_statics))
                 finished = 0
                 for k, j in enumerate(sel):
                     sj, auxj = unstack((s, aux), k)
