@@ -550,7 +550,7 @@ def admit(
     stack_size = running.stack_size - resumed
     next_arrival = s.next_arrival + (num_admitted - resumed)
     # S slots below max_num_seqs, all taken, and a request still waiting: a larger capacity might have
-    # admitted it. The pass is not applied; the replay continues at a larger S (replay.batch).
+    # admitted it. The pass is not applied; the replay continues at a larger S (replay.runner).
     waiting = (stack_size > 0) | (consts.arrival_sorted_ms[next_arrival] <= now_ms)
     taken = running.num_kept + num_admitted >= num_slots
     slots_full = taken & (num_slots < p.max_num_seqs) & ~running.any_preempted & waiting
@@ -891,7 +891,7 @@ def replay(
     """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
 
     Static: ``slots`` running-list slots (at least ``max_num_seqs``: fewer can end the replay with
-    ``SLOTS_FULL``, which :mod:`jaxsim.replay.batch` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
+    ``SLOTS_FULL``, which :mod:`jaxsim.replay.runner` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
     that many passes of per-pass records (0: none).
     """
