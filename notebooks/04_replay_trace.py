@@ -37,7 +37,8 @@ from jaxsim import plots
 from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import parse_config_text
 from jaxsim.replay import load_trace
-from jaxsim.replay.batch import config_from_binding, run_replays
+from jaxsim.replay.deployment import config_from_binding
+from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import make_trace
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))

@@ -357,7 +357,7 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
     use_all_cpu_cores()
     enable_compilation_cache()
     from jaxsim.cli.cmd_replay import configs_from_sweep
-    from jaxsim.replay.batch import run_replays
+    from jaxsim.replay.orchestrate import run_replays
     from jaxsim.replay.traces import load_trace
 
     configs = configs_from_sweep(spec)

@@ -1,8 +1,12 @@
 """Shared helpers for the replay tests: golden cases, golden tables and a plain-Python oracle.
 
-The oracle is a direct, per-request transcription of the scheduler rules in
-``jaxsim/replay/engine.py`` (lists and loops, no vectorization); its latencies come from the same
-compiled kernels. It exists to check the vectorized JAX engine on random traces.
+The oracle, :func:`oracle_replay`, is the specification of the replay scheduler: its rules written one
+request at a time, with lists and loops (no vectorization); its latencies come from the same compiled
+kernels. ``jaxsim/replay/engine.py`` is its vectorized transcription, one phase function per step of a
+pass (``schedule_running``: the running-list loop; ``admit``: the waiting-queue loop; ``reserve``: the
+speculative reservation loop; ``price``: the prefill and decode lookups; ``emit`` and ``commit``: the
+emission loop and the end of the pass), checked against this oracle on random traces
+(``tests/test_replay_engine.py``). Read, and change, the rules here first.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ def test_sweep_replay_gives_the_prefill_pool_its_own_max_num_seqs(tmp_path):
     from jaxsim.cli.cmd_replay import configs_from_sweep
     from jaxsim.rules.config import config_from_dict
     from jaxsim.data.registry import profiles_root
-    from jaxsim.replay.batch import config_from_binding
+    from jaxsim.replay.deployment import config_from_binding
 
     # a declared-memory copy of the bundled AR profile, so max_num_seqs may differ from the recorded one
     prof = tmp_path / "prof"

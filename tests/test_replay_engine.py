@@ -15,7 +15,9 @@ from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.acceptance import expected_tokens_per_round
 from jaxsim.kernels.rounds import decode_batch, prefill_batch
 from jaxsim.replay import metrics
-from jaxsim.replay.batch import ReplayConfig, WorkerPool, replay_batch, run_replays, unstack
+from jaxsim.replay.deployment import ReplayConfig, WorkerPool
+from jaxsim.replay.orchestrate import run_replays
+from jaxsim.replay.runner import replay_batch, unstack
 from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params, replay_jit
 from jaxsim.replay.traces import make_trace
 from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases

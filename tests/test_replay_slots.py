@@ -17,11 +17,12 @@ import numpy as np
 
 from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.rounds import compile_round_table
-from jaxsim.replay import batch
-from jaxsim.replay.batch import replay_batch, unstack
+from jaxsim.replay import executables, runner
+from jaxsim.replay.deployment import config_from_binding
 from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
+from jaxsim.replay.executables import advance_many, finish_many, start_many
+from jaxsim.replay.runner import ReplayItem, replay_batch, unstack
 from jaxsim.replay.traces import make_trace
-from jaxsim.replay.batch import config_from_binding
 from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import load_config
 
@@ -68,20 +69,20 @@ def test_too_few_slots_stop_with_slots_full_and_widening_continues_exactly():
     assert full.status == COMPLETED and np.nanmax(full.timeline[:, 2]) > 16  # column 2: running requests
 
     pp, rq, keys = _stack(p), _stack(trace.requests(N)), _stack(jax.random.PRNGKey(0))
-    s, aux = jax.tree.map(np.asarray, batch.start_many(pp, rq, slots=16, timeline_len=TIMELINE))
-    s = jax.tree.map(np.asarray, batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False))
+    s, consts = jax.tree.map(np.asarray, start_many(pp, rq, slots=16, timeline_len=TIMELINE))
+    s = jax.tree.map(np.asarray, advance_many(pp, consts, keys, s, stochastic=False))
     assert int(s.status[0]) == SLOTS_FULL
     stopped_at = int(s.passes[0])
     assert 0 < stopped_at < int(full.num_passes)
-    s, aux = widen_stack(s, aux, 64)
-    s = batch.advance_many(pp, aux[0], aux[1], keys, s, stochastic=False)
-    got = unstack(jax.tree.map(np.asarray, batch.finish_many(rq, s, aux)), 0)
+    s, consts = widen_stack(s, consts, 64)
+    s = advance_many(pp, consts, keys, s, stochastic=False)
+    got = unstack(jax.tree.map(np.asarray, finish_many(rq, s, consts)), 0)
     for name, a in vars(full).items():
         np.testing.assert_array_equal(getattr(got, name), a, err_msg=name)
 
 
 def _check_batched_equals_full(params, trace, slots, stochastic):
-    assert batch._levels(slots, len(params))[0] == 16
+    assert runner.capacities(slots, len(params))[0] == 16
     seeds = list(range(len(params)))
     got = jax.tree.map(np.asarray, replay_batch(params, trace.requests(N), seeds, slots=slots, stochastic=stochastic,
                                                 timeline_len=TIMELINE))
@@ -98,7 +99,7 @@ def _check_batched_equals_full(params, trace, slots, stochastic):
 
 def test_batched_replays_through_growing_capacities_equal_full_capacity_runs():
     params = [_params(m, b) for m in (20, 24, 32, 40, 64, 90, 100, 128) for b in (1024, 8192)]
-    assert batch._levels(128, len(params)) == [16, 32, 64, 128]
+    assert runner.capacities(128, len(params)) == [16, 32, 64, 128]
     peaks = _check_batched_equals_full(params, _crowd(seed=1), 128, False)
     assert max(peaks) > 64 and min(peaks) <= 32  # some replays went through every capacity, some stopped early
 
@@ -126,10 +127,10 @@ def test_sampled_speculative_bursts_continue_across_capacities():
     assert max(peaks) > 32
 
 
-def test_levels():
-    assert batch._levels(256, 100) == [16, 32, 64, 128, 256]
-    assert batch._levels(16, 100) == [16] and batch._levels(8, 100) == [8]
-    assert batch._levels(256, batch.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
+def test_capacities():
+    assert runner.capacities(256, 100) == [16, 32, 64, 128, 256]
+    assert runner.capacities(16, 100) == [16] and runner.capacities(8, 100) == [8]
+    assert runner.capacities(256, runner.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
 
 
 def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
@@ -140,7 +141,7 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
         import sys, jax, numpy as np
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import test_replay_slots as t
-        from jaxsim.replay import batch
+        from jaxsim.replay import executables
         from jaxsim.replay.engine import make_params
         from jaxsim.acceptance import pad_rates
         assert len(jax.devices()) == 2
@@ -149,10 +150,10 @@ def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
                               accept_rates=pad_rates(np.array([1.0, 1.0, 0.0])), max_model_len=32768)
                   for m in (20, 64) for b in (1024, 8192) for g in (700, 6000) for k in (0, 2)]
         calls = []
-        call = batch._call
-        batch._call = lambda name, args, statics: calls.append(name) or call(name, args, statics)
+        execute = executables.execute
+        executables.execute = lambda c: calls.append(c.executable) or execute(c)
         peaks = t._check_batched_equals_full(params, t._crowd(seed=5), 64, False)
-        assert "replay-advance-split" in calls and "replay-advance" not in calls, calls
+        assert executables.ADVANCE_SPLIT in calls and executables.ADVANCE not in calls, calls
         print(len(params), max(peaks))
         """
     )
@@ -170,16 +171,18 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     trace = _crowd(seed=2)
     ms = (20, 24, 32, 40, 64, 90, 100, 128, 12, 128)
     params = [_params(m, b) for m in ms for b in (1024, 8192)]
-    items = [(p, trace.requests(N), jax.random.PRNGKey(i), slot_bucket(int(p.max_num_seqs)), False) for i, p in enumerate(params)]
+    items = [ReplayItem(p, trace.requests(N), jax.random.PRNGKey(i), slot_bucket(int(p.max_num_seqs)), False) for i, p in enumerate(params)]
     calls = []
-    call = batch._call
-    monkeypatch.setattr(batch, "_call", lambda name, args, statics: calls.append((name, args[-1].run.shape if "advance" in name else None)) or call(name, args, statics))
-    got = batch._run_items(items, timeline_len=TIMELINE, chunk=None)
+    execute = executables.execute
+    advances = (executables.ADVANCE, executables.ADVANCE_SPLIT)
+    monkeypatch.setattr(executables, "execute", lambda c: calls.append(
+        (c.executable, c.args[-1].running.shape if c.executable in advances else None)) or execute(c))
+    got = runner.run_items(items, timeline_len=TIMELINE, chunk=None)
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)
         for name, a in vars(one).items():
             np.testing.assert_array_equal(getattr(got[i], name), a, err_msg=f"item {i} field {name}")
-    advances = [c for c in calls if "advance" in c[0]]
-    assert {shape[1] for _, shape in advances} == {16, 32, 64, 128}
-    assert len(advances) <= 2 * 4  # at most a growing and a last call per capacity
-    assert sum(name == "replay-start" for name, _ in calls) == 1 and sum(name == "replay-finish" for name, _ in calls) == 1
+    advanced = [c for c in calls if c[0] in advances]
+    assert {shape[1] for _, shape in advanced} == {16, 32, 64, 128}
+    assert len(advanced) <= 2 * 4  # at most a growing and a last call per capacity
+    assert sum(e == executables.START for e, _ in calls) == 1 and sum(e == executables.FINISH for e, _ in calls) == 1

@@ -12,10 +12,10 @@ import pytest
 
 import jaxsim._jax as jx
 from jaxsim.kernels import capacity, rounds
-from jaxsim.replay import batch, engine
+from jaxsim.replay import engine, executables, runner
 from jaxsim.sweep import evaluate, run
 
-ENTRY_MODULES = (rounds, capacity, evaluate, run, engine, batch)
+ENTRY_MODULES = (rounds, capacity, evaluate, run, engine, executables, runner)
 
 
 def _raw_jits(module) -> list[str]:

@@ -55,7 +55,7 @@ _SUMMARY_KEYS = (
 
 
 def configs_from_sweep(spec_path: Path):
-    """One :class:`~jaxsim.replay.batch.ReplayConfig` per valid binding of a sweep spec (its concurrency
+    """One :class:`~jaxsim.replay.deployment.ReplayConfig` per valid binding of a sweep spec (its concurrency
     and workload axes are not used: the trace is the workload)."""
     from jaxsim.sweep.spec import load_spec, plan_sweep
     from jaxsim.sweep.verify import binding_replay_config
@@ -199,7 +199,8 @@ def register(app: typer.Typer) -> None:
         allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support or completed nothing (default: exit 3)."),
     ) -> None:
         t_start = time.perf_counter()
-        from jaxsim.replay.batch import config_from_binding, run_replays
+        from jaxsim.replay.deployment import config_from_binding
+        from jaxsim.replay.orchestrate import run_replays
         from jaxsim.replay.traces import load_trace
 
         if (config is None) == (sweep is None):

@@ -1,7 +1,12 @@
 """The replay engine: one vLLM-style worker as a JAX state machine (one ``lax.while_loop`` step per
 scheduler pass, fixed-capacity arrays, no Python per-pass loop).
 
-Semantics (reverse-engineered from the reference's replay goldens, matched bit for bit):
+The specification is the plain-Python oracle ``oracle_replay`` in ``tests/replay_support.py``: the same
+scheduler rules written one request at a time with lists and loops (read it first). This module is its
+vectorized transcription, checked against it on random traces (``tests/test_replay_engine.py``) and
+against the reference's replay goldens (matched bit for bit).
+
+Semantics:
 
 * Requests arrive into an FCFS waiting queue; requests preempted for recompute go back to its front.
 * A pass first walks the running list in order. A decode request uses ``min(K+1, max_model_len -
@@ -23,6 +28,14 @@ Semantics (reverse-engineered from the reference's replay goldens, matched bit f
   was scheduled: a decode given fewer than K+1 budget tokens emits at most that many); a completed
   recompute emits one token. All tokens of a pass are stamped at its end.
 * A pass whose lookup is outside measured support stops that replay with the lookup's status code.
+
+One pass (:func:`engine_pass`) is a sequence of phases, each a pure function from small typed Modules
+to a small typed Module: :func:`schedule_running` (:class:`RunningSchedule`), :func:`admit`
+(:class:`Admission`), :func:`scheduled_list` (:class:`ScheduledList`), :func:`reserve`
+(:class:`Reservation`), :func:`price` (:class:`PassPrice`), :func:`emit` (:class:`Emission`) and
+:func:`commit` (the next :class:`EngineState`). Per-slot arrays have ``S`` entries (the running-list
+capacity); per-request arrays have ``N + 1`` rows, accepted requests first in arrival order, and a
+padding row ``N`` that empty slots read and no pass writes.
 """
 
 from __future__ import annotations
@@ -125,28 +138,237 @@ class ReplayResult(eqx.Module):
     timeline: Float64[Array, "T F"]
 
 
-class _State(eqx.Module):
-    now: Float64[Array, ""]
+
+# ----------------------------------------------------------------------------------------------------
+# engine state: per-request rows, the running list and the preempted stack, per-replay constants
+
+
+# The packed per-request store: integers in one array, times in another (columns below), so that a pass
+# reads and writes every field of a request with one gather and one scatter. Only RequestState reads
+# or writes these columns and flag bits; everything else uses its named fields.
+_PROMPT, _OUTPUT, _GENERATED, _COMPUTED, _ALLOCATED, _DECODE_ROUNDS, _PREEMPTIONS, _ADMISSIONS, _FLAGS = range(9)
+_FIRST, _SECOND, _LAST, _GAP_SQ = range(4)
+_MATERIALIZED, _DONE, _RECOMPUTING = 1, 2, 4  # flag bits
+
+
+class RequestState(eqx.Module):
+    """Every request's progress, one row per request (accepted requests first, in arrival order; the
+    last row is the padding row that empty slots read); or the rows of a pass's slots (:meth:`rows`).
+
+    Fields (read-only properties): ``prompt_tokens``; ``output_tokens`` (the tokens it will emit,
+    capped by the context limit); ``generated`` (emitted so far); ``computed`` (tokens whose KV is
+    computed); ``allocated_blocks`` (KV blocks held); ``decode_rounds``; ``preemptions``;
+    ``admissions``; the flags ``materialized`` (its prompt KV is present on arrival; cleared once
+    admitted), ``done`` and ``recomputing`` (preempted: recomputing until it emits again); and the
+    times ``first_token_ms``, ``second_token_ms``, ``last_token_ms`` (nan until emitted) and
+    ``token_gap_sq_ms2`` (Σ squared gaps between emissions). Build rows with :meth:`pack` or
+    :meth:`replace`.
+
+    Stored packed, for speed: one array per field made a pass about 20 % slower on a 64-replay batch
+    and twice as slow on one replay (a gather and a scatter per field instead of one per array).
+    """
+
+    counts: Int64[Array, "R 9"]
+    times: Float64[Array, "R 4"]
+
+    @classmethod
+    def pack(
+        cls, *, prompt_tokens, output_tokens, generated, computed, allocated_blocks, decode_rounds, preemptions,
+        admissions, materialized, done, recomputing, first_token_ms, second_token_ms, last_token_ms, token_gap_sq_ms2,
+    ) -> RequestState:
+        flags = jnp.where(materialized, _MATERIALIZED, 0) | jnp.where(done, _DONE, 0) | jnp.where(recomputing, _RECOMPUTING, 0)
+        counts = jnp.stack([
+            prompt_tokens, output_tokens, generated, computed, allocated_blocks, decode_rounds, preemptions, admissions, flags,
+        ], axis=-1).astype(jnp.int64)
+        times = jnp.stack([first_token_ms, second_token_ms, last_token_ms, token_gap_sq_ms2], axis=-1)
+        return cls(counts=counts, times=times)
+
+    def replace(self, **fields) -> RequestState:
+        """These rows with some fields replaced."""
+        return RequestState.pack(**{name: fields.get(name, getattr(self, name)) for name in _REQUEST_FIELDS})
+
+    prompt_tokens = property(lambda self: self.counts[..., _PROMPT])
+    output_tokens = property(lambda self: self.counts[..., _OUTPUT])
+    generated = property(lambda self: self.counts[..., _GENERATED])
+    computed = property(lambda self: self.counts[..., _COMPUTED])
+    allocated_blocks = property(lambda self: self.counts[..., _ALLOCATED])
+    decode_rounds = property(lambda self: self.counts[..., _DECODE_ROUNDS])
+    preemptions = property(lambda self: self.counts[..., _PREEMPTIONS])
+    admissions = property(lambda self: self.counts[..., _ADMISSIONS])
+    materialized = property(lambda self: (self.counts[..., _FLAGS] & _MATERIALIZED) != 0)
+    done = property(lambda self: (self.counts[..., _FLAGS] & _DONE) != 0)
+    recomputing = property(lambda self: (self.counts[..., _FLAGS] & _RECOMPUTING) != 0)
+    first_token_ms = property(lambda self: self.times[..., _FIRST])
+    second_token_ms = property(lambda self: self.times[..., _SECOND])
+    last_token_ms = property(lambda self: self.times[..., _LAST])
+    token_gap_sq_ms2 = property(lambda self: self.times[..., _GAP_SQ])
+
+    @property
+    def num_rows(self) -> int:
+        return self.counts.shape[-2]
+
+    @property
+    def length(self) -> Int64[Array, " R"]:
+        """Known sequence length: prompt plus emitted tokens."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def emitted_any(self) -> Bool[Array, " R"]:
+        return ~jnp.isnan(self.first_token_ms)
+
+    def rows(self, index: Int64[Array, " S"]) -> RequestState:
+        """The rows ``index``."""
+        return jax.tree.map(lambda a: a[index], self)
+
+    def write(self, index: Int64[Array, " W"], rows: RequestState) -> RequestState:
+        """``rows`` written at ``index``; an index past the last row writes nothing."""
+        return jax.tree.map(lambda a, v: a.at[index].set(v, mode="drop"), self, rows)
+
+
+_REQUEST_FIELDS = (
+    "prompt_tokens", "output_tokens", "generated", "computed", "allocated_blocks", "decode_rounds", "preemptions",
+    "admissions", "materialized", "done", "recomputing", "first_token_ms", "second_token_ms", "last_token_ms",
+    "token_gap_sq_ms2",
+)
+
+
+class EngineState(eqx.Module):
+    """The loop state of one replay: the clock, the running list, the stack of preempted requests
+    waiting to resume (top first, ahead of fresh arrivals), the next arrival, every request's row,
+    and the per-pass timeline."""
+
+    now_ms: Float64[Array, ""]
     passes: Int64[Array, ""]
     status: Int32[Array, ""]
-    done_count: Int64[Array, ""]
-    n_run: Int64[Array, ""]
-    n_stk: Int64[Array, ""]
-    admit_ptr: Int64[Array, ""]
-    run: Int64[Array, " S"]
-    stk: Int64[Array, " S"]
-    ri: Int64[Array, "N1 9"]  # per request: _PROMPT.._FLAGS (row N is the padding sentinel)
-    rf: Float64[Array, "N1 4"]  # per request: _FIRST, _SECOND, _LAST, _GAPSQ
-    failed: Int64[Array, " 5"]
-    timeline: Float64[Array, "T F"]
+    num_done: Int64[Array, ""]
+    num_running: Int64[Array, ""]
+    num_preempted: Int64[Array, ""]
+    next_arrival: Int64[Array, ""]  # row of the next fresh request to admit (rows are in arrival order)
+    running: Int64[Array, " S"]  # rows of the running list, in order (padding row past num_running)
+    preempted: Int64[Array, " S"]  # stack of preempted rows (the top, at num_preempted - 1, resumes first)
+    requests: RequestState
+    failed_query: Int64[Array, " 5"]  # the lookup of a pass outside measured support (PassPrice.query)
+    timeline: Float64[Array, "T F"]  # one row per pass, TIMELINE_FIELDS
 
 
-# columns of the packed per-request state (one gather / one scatter per pass instead of one per field)
-_PROMPT, _OUT, _GEN, _COMP, _ALLOC, _ROUNDS, _PREEMPT, _ADMITS, _FLAGS = range(9)
-_FIRST, _SECOND, _LAST, _GAPSQ = range(4)
-_MAT, _DONE, _RECOMP = 1, 2, 4  # flag bits (_RECOMP: preempted, recomputing until it emits again)
+class ReplayConstants(eqx.Module):
+    """What a replay's passes read but never change."""
+
+    arrival_sorted_ms: Float64[Array, " M"]  # per row: accepted arrivals, then +inf; S trailing +inf pads
+    num_accepted: Int64[Array, ""]
+    order: Int64[Array, " N"]  # trace index of each row
+    accepted: Bool[Array, " N"]  # per trace request: the worker can ever run it (accepted_mask)
 
 
+# ----------------------------------------------------------------------------------------------------
+# what each phase of a pass hands to the next (per-slot arrays: S entries)
+
+
+class RunningSchedule(eqx.Module):
+    """The running list walked in order: what each request is scheduled, and the tail preempted when
+    the pool runs short."""
+
+    requests: Int64[Array, " S"]  # row of each slot (the padding row past the list)
+    rows: RequestState  # their rows at the start of the pass
+    listed: Bool[Array, " S"]  # slot holds a running request
+    decode: Bool[Array, " S"]  # a decode (not a prefill or a recompute)
+    scheduled: Bool[Array, " S"]
+    budget_tokens: Int64[Array, " S"]  # budget tokens scheduled (0 unless scheduled)
+    allocated_blocks: Int64[Array, " S"]  # after allocating for this pass
+    num_kept: Int64[Array, ""]  # slots [num_kept, num_running) are preempted
+    any_preempted: Bool[Array, ""]
+    preempted: Bool[Array, " S"]
+    stack: Int64[Array, " S"]  # the preempted stack with this phase's preemptions pushed
+    stack_size: Int64[Array, ""]
+
+
+class Admission(eqx.Module):
+    """Waiting requests (the preempted stack top first, then fresh arrivals) admitted FCFS."""
+
+    candidates: Int64[Array, " S"]  # row of the i-th waiting request (the padding row past the queue)
+    materialized: Bool[Array, " S"]
+    budget_tokens: Int64[Array, " S"]
+    allocated_blocks: Int64[Array, " S"]  # blocks allocated on admission
+    num_admitted: Int64[Array, ""]  # candidates [0, num_admitted) are admitted
+    stack_size: Int64[Array, ""]  # the preempted stack after resuming its top
+    next_arrival: Int64[Array, ""]
+    slots_full: Bool[Array, ""]  # every slot taken while requests still wait: a larger capacity may differ
+
+
+class ScheduledList(eqx.Module):
+    """The pass's list: the kept running slots, then the admitted requests."""
+
+    requests: Int64[Array, " S"]
+    rows: RequestState  # their rows at the start of the pass
+    size: Int64[Array, ""]
+    listed: Bool[Array, " S"]
+    admitted: Bool[Array, " S"]  # admitted in this pass
+    scheduled: Bool[Array, " S"]
+    decode: Bool[Array, " S"]
+    budget_tokens: Int64[Array, " S"]
+    computed_before: Int64[Array, " S"]
+    computed: Int64[Array, " S"]  # after this pass's prefill chunk
+    allocated_blocks: Int64[Array, " S"]
+
+
+class Reservation(eqx.Module):
+    """Speculative passes: blocks reserved for every ready request's burst, the tail preempted until
+    they fit (autoregressive passes keep every slot)."""
+
+    num_kept: Int64[Array, ""]  # slots [num_kept, size) of the scheduled list are preempted
+    preempted: Bool[Array, " S"]
+    ready: Bool[Array, " S"]  # emits this pass (unless the pass leaves measured support)
+    decode_ready: Bool[Array, " S"]  # ready after a first token: a decode round
+    stack: Int64[Array, " S"]
+    stack_size: Int64[Array, ""]
+
+
+class PassPrice(eqx.Module):
+    """The pass's lookups and when it ends."""
+
+    prefill_requests: Int64[Array, ""]
+    prefill_tokens: Int64[Array, ""]
+    prefill_kv_tokens: Int64[Array, ""]
+    decode_requests: Int64[Array, ""]
+    decode_kv_tokens: Int64[Array, ""]
+    status: Int32[Array, ""]  # the lookups' status
+    unsupported: Bool[Array, ""]  # outside measured support: the replay stops here
+    end_ms: Float64[Array, ""]
+
+    @property
+    def query(self) -> Int64[Array, " 5"]:
+        return jnp.stack([self.prefill_requests, self.prefill_tokens, self.prefill_kv_tokens, self.decode_requests,
+                          self.decode_kv_tokens])
+
+
+class Emission(eqx.Module):
+    """Tokens emitted at the pass end, per slot of the scheduled list."""
+
+    ready: Bool[Array, " S"]
+    generated: Int64[Array, " S"]
+    computed: Int64[Array, " S"]
+    allocated_blocks: Int64[Array, " S"]  # 0 once done
+    done: Bool[Array, " S"]
+    first_token_ms: Float64[Array, " S"]
+    second_token_ms: Float64[Array, " S"]
+    last_token_ms: Float64[Array, " S"]
+    token_gap_sq_ms2: Float64[Array, " S"]
+
+
+class PassRecord(eqx.Module):
+    """Every phase of one pass, as :func:`commit` writes them back."""
+
+    now_ms: Float64[Array, ""]  # the pass start
+    running: RunningSchedule
+    admission: Admission
+    scheduled: ScheduledList
+    reservation: Reservation
+    price: PassPrice
+    emission: Emission
+
+
+# ----------------------------------------------------------------------------------------------------
+# helpers: exact float arithmetic, stacks, batch-wide predicates
 
 
 def _cumsum_excl(x):
@@ -176,21 +398,41 @@ def _opaque(x, zero):
     return jax.lax.bitcast_convert_type(bits, jnp.float64)
 
 
+def _runtime_zero(passes: Int64[Array, ""]) -> Int64[Array, ""]:
+    """A 0 the compiler cannot know (for :func:`_opaque`)."""
+    return jnp.minimum(passes, 0)
+
+
 def _materialize(x):
     """``x`` unchanged, computed once: XLA:CPU fuses a chain of cheap scalar ops into every element of
     each wide consumer (``optimization_barrier`` is dropped); a scan's first element is not fused."""
     return jnp.cumsum(jnp.stack([x, jnp.zeros_like(x)]), axis=0)[0]
 
 
-def _push_stack(stk, n_stk, run_req, lo, hi, S):
-    """Preempt running slots [lo, hi): LIFO, so slot ``lo`` ends on top of the stack (its end)."""
-    slot = jnp.arange(S)
+def _push_preempted(stack, stack_size, requests, lo, hi):
+    """Preempt the requests of slots [lo, hi): LIFO, so slot ``lo`` ends on top of the stack (its end)."""
+    num_slots = stack.shape[0]
+    slot = jnp.arange(num_slots)
     moved = (slot >= lo) & (slot < hi)
-    pos = jnp.where(moved, n_stk + (hi - 1 - slot), S)
-    return stk.at[pos].set(run_req, mode="drop"), n_stk + (hi - lo)
+    pos = jnp.where(moved, stack_size + (hi - 1 - slot), num_slots)
+    return stack.at[pos].set(requests, mode="drop"), stack_size + (hi - lo)
 
 
-def _active(p: EngineParams, s: _State) -> Bool[Array, ""]:
+def _drop_kv(rows: RequestState, preempted: Bool[Array, " S"]) -> RequestState:
+    """``rows`` with the ``preempted`` ones preempted for recompute: their KV dropped, recomputing until
+    they emit again."""
+    return rows.replace(
+        computed=jnp.where(preempted, 0, rows.computed), allocated_blocks=jnp.where(preempted, 0, rows.allocated_blocks),
+        preemptions=rows.preemptions + preempted, materialized=rows.materialized & ~preempted,
+        recomputing=rows.recomputing | preempted,
+    )
+
+
+def _padding_row(s: EngineState) -> int:
+    return s.requests.num_rows - 1
+
+
+def _active(p: EngineParams, s: EngineState) -> Bool[Array, ""]:
     return (s.status == RUNNING) & (s.passes < p.max_passes)
 
 
@@ -200,225 +442,390 @@ def _any(pred: Bool[Array, ""], axis_name: str | None) -> Bool[Array, ""]:
     return pred if axis_name is None else jax.lax.psum(pred.astype(jnp.int32), axis_name) > 0
 
 
-def _engine_pass(
-    p: EngineParams, arr_sorted, n_acc, key, stochastic: bool, s: _State, axis_name: str | None = None
-) -> _State:
-    """One scheduler pass; a no-op once the replay is inactive (so a batch of replays can share one
-    loop without selecting whole states: the per-request matrices are only touched by scatters).
-    ``axis_name``: the vmapped batch axis, when the pass runs vmapped over replays."""
-    S = s.run.shape[0]
-    N = s.ri.shape[0] - 1
-    active = _active(p, s)
-    slot = jnp.arange(S)
-    B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
-    L = p.max_model_len
+def _clock(consts: ReplayConstants, s: EngineState) -> Float64[Array, ""]:
+    """The pass start: an idle engine jumps to the next arrival (arrivals are sorted, with S trailing
+    +inf pads: only the next S are ever looked at, never the whole trace)."""
+    next_ms = consts.arrival_sorted_ms[s.next_arrival]
+    idle = (s.num_running == 0) & (s.num_preempted == 0) & (next_ms > s.now_ms)
+    return jnp.where(idle & (s.next_arrival < consts.num_accepted), next_ms, s.now_ms)
 
-    # arrivals (sorted; S trailing +inf pads): only the next S are looked at, never the whole trace.
-    # An idle engine jumps to the next arrival.
-    nxt = arr_sorted[s.admit_ptr]
-    idle = (s.n_run == 0) & (s.n_stk == 0) & (nxt > s.now)
-    now = jnp.where(idle & (s.admit_ptr < n_acc), nxt, s.now)
 
-    # ---- running list, in order ----------------------------------------------------------------
-    in_run = slot < s.n_run
-    r = jnp.where(in_run, s.run, N)
-    row_r = s.ri[r]
-    prompt_r, gen_r, comp_r = row_r[:, _PROMPT], row_r[:, _GEN], row_r[:, _COMP]
-    al_r = jnp.where(in_run, row_r[:, _ALLOC], 0)
-    len_r = prompt_r + gen_r
+# ----------------------------------------------------------------------------------------------------
+# phase 1: schedule the running list, in order
+
+
+def schedule_running(p: EngineParams, s: EngineState, axis_name: str | None) -> RunningSchedule:
+    """Budget tokens and KV blocks for every running request, in list order; when the pool cannot
+    supply a request's blocks, the tail of the list is preempted until it fits (``tests/replay_support.py``,
+    the running-list loop of ``oracle_replay``)."""
+    slot = jnp.arange(s.running.shape[0])
+    listed = slot < s.num_running
+    requests = jnp.where(listed, s.running, _padding_row(s))
+    rows = s.requests.rows(requests)
+    length = rows.length
+    allocated = jnp.where(listed, rows.allocated_blocks, 0)
     # a recompute that stopped one token short finishes with that token: it is not a decode
-    is_dec = in_run & (gen_r > 0) & (comp_r == len_r - 1) & ((row_r[:, _FLAGS] & _RECOMP) == 0)
+    decode = listed & (rows.generated > 0) & (rows.computed == length - 1) & ~rows.recomputing
     # a decode never schedules past the context limit (vLLM: max_model_len - 1 - computed tokens)
-    need_tok = jnp.where(in_run, jnp.where(is_dec, jnp.minimum(K + 1, L - len_r), len_r - comp_r), 0)
-    bud_before = jnp.maximum(B - _cumsum_excl(need_tok), 0)
-    n_tok = jnp.minimum(need_tok, bud_before)
-    live = in_run & (bud_before > 0)
-    target = jnp.where(is_dec, comp_r + 1, comp_r + n_tok)
-    need_blk = jnp.where(live, jnp.maximum(blocks_for(target, bs) - al_r, 0), 0)
+    decode_tokens = jnp.minimum(p.num_draft_tokens + 1, p.max_model_len - length)
+    wanted = jnp.where(listed, jnp.where(decode, decode_tokens, length - rows.computed), 0)
+    budget_left = jnp.maximum(p.max_num_batched_tokens - _cumsum_excl(wanted), 0)
+    tokens = jnp.minimum(wanted, budget_left)
+    live = listed & (budget_left > 0)
+    target = jnp.where(decode, rows.computed + 1, rows.computed + tokens)
+    new_blocks = jnp.where(live, jnp.maximum(blocks_for(target, p.block_size) - allocated, 0), 0)
+
+    fits_keeping, keep_upto = _preemption_cut(p, s.num_running, allocated, new_blocks, live, axis_name)
+    keep_before = jnp.concatenate([s.num_running[None], keep_upto[:-1]])
+    scheduled = live & (slot < keep_before) & (fits_keeping > slot)
+    num_kept = jnp.minimum(keep_upto[-1], s.num_running)
+    any_preempted = num_kept < s.num_running
+    stack, stack_size = jax.lax.cond(
+        _any(any_preempted, axis_name),
+        lambda: _push_preempted(s.preempted, s.num_preempted, requests, num_kept, s.num_running),
+        lambda: (s.preempted, s.num_preempted),
+    )
+    return RunningSchedule(
+        requests=requests, rows=rows, listed=listed, decode=decode, scheduled=scheduled,
+        budget_tokens=jnp.where(scheduled, tokens, 0),
+        allocated_blocks=jnp.where(scheduled, allocated + new_blocks, allocated),
+        num_kept=num_kept, any_preempted=any_preempted, preempted=listed & (slot >= num_kept),
+        stack=stack, stack_size=stack_size,
+    )
+
+
+def _preemption_cut(p: EngineParams, num_running, allocated, new_blocks, live, axis_name: str | None):
+    """Per slot ``i``: the longest list prefix [0, t) that, kept, lets slot ``i`` allocate
+    (``Σ_{j<t} allocated_j + Σ_{j<=i} new_blocks_j <= pool``), and its running minimum (where the tail
+    is cut)."""
+    num_slots = allocated.shape[0]
 
     def search():
-        # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
-        cum_al = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(al_r)])
-        cum_al = jnp.where(jnp.arange(S + 1) <= s.n_run, cum_al, jnp.iinfo(jnp.int64).max)
-        room = NB - jnp.cumsum(need_blk)
-        t = jnp.searchsorted(cum_al, room, side="right", method="compare_all" if S <= 32 else "scan").astype(jnp.int64) - 1
-        t = jnp.where(live, jnp.maximum(t, 0), s.n_run)
+        held = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(allocated)])
+        held = jnp.where(jnp.arange(num_slots + 1) <= num_running, held, jnp.iinfo(jnp.int64).max)
+        room = p.num_gpu_blocks - jnp.cumsum(new_blocks)
+        method = "compare_all" if num_slots <= 32 else "scan"
+        t = jnp.searchsorted(held, room, side="right", method=method).astype(jnp.int64) - 1
+        t = jnp.where(live, jnp.maximum(t, 0), num_running)
         return t, jax.lax.cummin(t)
 
     # every live slot allocates without preempting unless the pool is short by the end of the list
-    # (live slots are a prefix; need_blk is 0 after them). Most passes of the whole batch are not:
+    # (live slots are a prefix; new_blocks is 0 after them). Most passes of the whole batch are not:
     # the search then runs in none of them.
-    short = jnp.any(live) & (jnp.sum(al_r) + jnp.sum(need_blk) > NB)
-    t_fit, keep_upto = jax.lax.cond(_any(short, axis_name), search, lambda: (jnp.full((S,), s.n_run), jnp.full((S,), s.n_run)))
-    keep_before = jnp.concatenate([s.n_run[None], keep_upto[:-1]])
-    sched_run = live & (slot < keep_before) & (t_fit > slot)
-    cut = jnp.minimum(keep_upto[-1], s.n_run)
-    preempted_any = cut < s.n_run
-    pre1 = in_run & (slot >= cut)
-    stk1, n_stk1 = jax.lax.cond(
-        _any(preempted_any, axis_name), lambda: _push_stack(s.stk, s.n_stk, r, cut, s.n_run, S), lambda: (s.stk, s.n_stk)
-    )
-    n_tok = jnp.where(sched_run, n_tok, 0)
-    al_r = jnp.where(sched_run, al_r + need_blk, al_r)
+    short = jnp.any(live) & (jnp.sum(allocated) + jnp.sum(new_blocks) > p.num_gpu_blocks)
+    nobody = lambda: (jnp.full((num_slots,), num_running), jnp.full((num_slots,), num_running))  # noqa: E731
+    return jax.lax.cond(_any(short, axis_name), search, nobody)
 
-    # ---- waiting queue: preempted stack (top first), then fresh arrivals ------------------------
-    from_stk = slot < n_stk1
-    c = jnp.where(from_stk, stk1[jnp.clip(n_stk1 - 1 - slot, 0, S - 1)], s.admit_ptr + (slot - n_stk1))
-    c_ok = from_stk | (arr_sorted[jnp.clip(c, 0, N + S - 1)] <= now)
-    c = jnp.where(c_ok, c, N)
-    row_c = s.ri[c]
-    c_mat = c_ok & ((row_c[:, _FLAGS] & _MAT) > 0)
-    c_len = row_c[:, _PROMPT] + row_c[:, _GEN]
-    c_need = jnp.where(c_mat, jnp.minimum(K + 1, L - c_len), c_len)
-    c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
-    c_n = jnp.minimum(c_need, c_bud)
-    c_blk = blocks_for(jnp.where(c_mat, c_len, c_n), bs)
-    free0 = NB - jnp.sum(jnp.where(slot < cut, al_r, 0))
-    c_fit = blocks_for(c_len, bs) <= free0 - _cumsum_excl(c_blk)
-    ok = c_ok & c_fit & (cut + slot < jnp.minimum(p.max_num_seqs, S)) & (c_n > 0) & ~preempted_any
-    adm = jnp.cumprod(ok.astype(jnp.int32)) > 0
-    n_adm = jnp.sum(adm)
-    n_from_stk = jnp.minimum(n_adm, n_stk1)
-    n_stk2 = n_stk1 - n_from_stk
-    admit_ptr = s.admit_ptr + (n_adm - n_from_stk)
+
+# ----------------------------------------------------------------------------------------------------
+# phase 2: admit waiting requests
+
+
+def admit(
+    p: EngineParams, consts: ReplayConstants, s: EngineState, now_ms: Float64[Array, ""], running: RunningSchedule
+) -> Admission:
+    """Without a preemption in the pass, waiting requests (the preempted stack top first, then fresh
+    arrivals) are admitted FCFS while ``max_num_seqs``, the budget and the free blocks (the whole known
+    sequence must fit) allow."""
+    num_slots = s.running.shape[0]
+    pad = _padding_row(s)
+    slot = jnp.arange(num_slots)
+    from_stack = slot < running.stack_size
+    stack_top_down = running.stack[jnp.clip(running.stack_size - 1 - slot, 0, num_slots - 1)]
+    candidates = jnp.where(from_stack, stack_top_down, s.next_arrival + (slot - running.stack_size))
+    arrived = from_stack | (consts.arrival_sorted_ms[jnp.clip(candidates, 0, pad + num_slots - 1)] <= now_ms)
+    candidates = jnp.where(arrived, candidates, pad)
+    rows = s.requests.rows(candidates)
+    materialized = arrived & rows.materialized
+    length = rows.length
+    wanted = jnp.where(materialized, jnp.minimum(p.num_draft_tokens + 1, p.max_model_len - length), length)
+    budget_left = jnp.maximum(p.max_num_batched_tokens - jnp.sum(running.budget_tokens) - _cumsum_excl(wanted), 0)
+    tokens = jnp.minimum(wanted, budget_left)
+    blocks = blocks_for(jnp.where(materialized, length, tokens), p.block_size)
+    free_blocks = p.num_gpu_blocks - jnp.sum(jnp.where(slot < running.num_kept, running.allocated_blocks, 0))
+    fits = blocks_for(length, p.block_size) <= free_blocks - _cumsum_excl(blocks)
+    seat = running.num_kept + slot < jnp.minimum(p.max_num_seqs, num_slots)
+    ok = arrived & fits & seat & (tokens > 0) & ~running.any_preempted
+    num_admitted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32)) > 0)
+    resumed = jnp.minimum(num_admitted, running.stack_size)
+    stack_size = running.stack_size - resumed
+    next_arrival = s.next_arrival + (num_admitted - resumed)
     # S slots below max_num_seqs, all taken, and a request still waiting: a larger capacity might have
-    # admitted it. The pass is not applied; the replay continues at a larger S (replay.batch).
-    full = (cut + n_adm >= S) & (S < p.max_num_seqs) & ~preempted_any & ((n_stk2 > 0) | (arr_sorted[admit_ptr] <= now))
-    commit = active & ~full
+    # admitted it. The pass is not applied; the replay continues at a larger S (replay.runner).
+    waiting = (stack_size > 0) | (consts.arrival_sorted_ms[next_arrival] <= now_ms)
+    taken = running.num_kept + num_admitted >= num_slots
+    slots_full = taken & (num_slots < p.max_num_seqs) & ~running.any_preempted & waiting
+    return Admission(
+        candidates=candidates, materialized=materialized, budget_tokens=tokens, allocated_blocks=blocks,
+        num_admitted=num_admitted, stack_size=stack_size, next_arrival=next_arrival, slots_full=slots_full,
+    )
 
-    # ---- the scheduled list: kept running slots, then admissions --------------------------------
-    k = jnp.clip(slot - cut, 0, S - 1)
-    is_new = (slot >= cut) & (slot < cut + n_adm)
-    n_run2 = cut + n_adm
-    in2 = slot < n_run2
-    req2 = jnp.where(slot < cut, r, jnp.where(is_new, c[k], N))
-    sched2 = jnp.where(slot < cut, sched_run, is_new)
-    dec2 = jnp.where(slot < cut, is_dec & sched_run, is_new & c_mat[k])
-    row2 = jnp.where((slot < cut)[:, None], row_r, row_c[k])
-    prompt2, gen2, out2 = row2[:, _PROMPT], row2[:, _GEN], row2[:, _OUT]
-    len2 = prompt2 + gen2
-    comp_before = jnp.where(slot < cut, comp_r, jnp.where(c_mat[k], len2 - 1, 0))
-    n_comp = jnp.where(slot < cut, jnp.where(is_dec, 0, n_tok), jnp.where(c_mat[k], 0, c_n[k]))
-    n_comp = jnp.where(sched2, n_comp, 0)
-    n_sched2 = jnp.where(sched2, jnp.where(slot < cut, n_tok, c_n[k]), 0)  # budget tokens of each slot
-    alloc2 = jnp.where(slot < cut, al_r, jnp.where(is_new, c_blk[k], 0))
 
-    pb = jnp.minimum(comp_before, prompt2)
-    ptok_i = jnp.where(sched2 & ~dec2, jnp.minimum(comp_before + n_comp, prompt2) - pb, 0)
-    has_p = ptok_i > 0
-    np_ = jnp.sum(has_p).astype(jnp.int64)
-    ptok = jnp.sum(ptok_i)
-    pkv = jnp.sum(jnp.where(has_p, pb, 0))
-    comp2 = comp_before + n_comp
+def scheduled_list(s: EngineState, running: RunningSchedule, admission: Admission) -> ScheduledList:
+    """The pass's list: the kept running slots, then the admitted requests (admitted: prefill from
+    scratch, or decode at once when materialized)."""
+    num_slots = s.running.shape[0]
+    slot = jnp.arange(num_slots)
+    kept = slot < running.num_kept
+    nth = jnp.clip(slot - running.num_kept, 0, num_slots - 1)  # the admission a slot holds
+    admitted = ~kept & (slot < running.num_kept + admission.num_admitted)
+    requests = jnp.where(kept, running.requests, jnp.where(admitted, admission.candidates[nth], _padding_row(s)))
+    rows = s.requests.rows(requests)
+    materialized = admission.materialized[nth]
+    scheduled = jnp.where(kept, running.scheduled, admitted)
+    computed_before = jnp.where(kept, rows.computed, jnp.where(materialized, rows.length - 1, 0))
+    admitted_new = jnp.where(materialized, 0, admission.budget_tokens[nth])
+    new_computed = jnp.where(scheduled, jnp.where(kept, jnp.where(running.decode, 0, running.budget_tokens), admitted_new), 0)
+    size = running.num_kept + admission.num_admitted
+    return ScheduledList(
+        requests=requests, rows=rows, size=size, listed=slot < size, admitted=admitted, scheduled=scheduled,
+        decode=jnp.where(kept, running.decode & running.scheduled, admitted & materialized),
+        budget_tokens=jnp.where(scheduled, jnp.where(kept, running.budget_tokens, admission.budget_tokens[nth]), 0),
+        computed_before=computed_before, computed=computed_before + new_computed,
+        allocated_blocks=jnp.where(kept, running.allocated_blocks, jnp.where(admitted, admission.allocated_blocks[nth], 0)),
+    )
 
-    # ---- speculative reservation for the round's bursts -----------------------------------------
-    ready = in2 & sched2 & (gen2 < out2) & (dec2 | (comp2 == len2))
 
-    def reserve():
-        rb = jnp.where(dec2, jnp.minimum(n_sched2, out2 - gen2), 1)  # a decode's burst: at most its scheduled tokens
-        req_blk = jnp.where(ready, blocks_for(len2 + rb, bs) - blocks_for(len2, bs), 0)
-        cr = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(req_blk)])
-        ca = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(in2, alloc2, 0))])
-        fits = (cr + ca <= NB) & (jnp.arange(S + 1) <= n_run2)
-        return jnp.where(K > 0, jnp.sum(fits) - 1, n_run2)
+# ----------------------------------------------------------------------------------------------------
+# phase 3: reserve KV for the speculative bursts
+
+
+def reserve(
+    p: EngineParams, batch: ScheduledList, running: RunningSchedule, admission: Admission, axis_name: str | None
+) -> Reservation:
+    """Speculative passes reserve, for every ready request, the blocks to grow by its burst
+    (``min(scheduled tokens, remaining)`` for a decode, 1 for a completed prefill), preempting the tail
+    of the list until the reservation fits."""
+    slot = jnp.arange(batch.requests.shape[0])
+    rows = batch.rows
+    length = rows.length
+    ready = batch.listed & batch.scheduled & (rows.generated < rows.output_tokens) & (batch.decode | (batch.computed == length))
+
+    def fit():
+        burst = jnp.where(batch.decode, jnp.minimum(batch.budget_tokens, rows.output_tokens - rows.generated), 1)
+        wanted = jnp.where(ready, blocks_for(length + burst, p.block_size) - blocks_for(length, p.block_size), 0)
+        cum_wanted = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(wanted)])
+        cum_held = jnp.concatenate([jnp.zeros(1, jnp.int64), jnp.cumsum(jnp.where(batch.listed, batch.allocated_blocks, 0))])
+        fits = (cum_wanted + cum_held <= p.num_gpu_blocks) & (jnp.arange(slot.shape[0] + 1) <= batch.size)
+        return jnp.where(p.num_draft_tokens > 0, jnp.sum(fits) - 1, batch.size)
 
     # autoregressive batches (no replay with K > 0) reserve nothing
-    t_star = jax.lax.cond(_any(K > 0, axis_name), reserve, lambda: n_run2)
-    pre2 = in2 & (slot >= t_star)
-    stk3, n_stk3 = jax.lax.cond(
-        _any(t_star < n_run2, axis_name), lambda: _push_stack(stk1, n_stk2, req2, t_star, n_run2, S), lambda: (stk1, n_stk2)
+    num_kept = jax.lax.cond(_any(p.num_draft_tokens > 0, axis_name), fit, lambda: batch.size)
+    stack, stack_size = jax.lax.cond(
+        _any(num_kept < batch.size, axis_name),
+        lambda: _push_preempted(running.stack, admission.stack_size, batch.requests, num_kept, batch.size),
+        lambda: (running.stack, admission.stack_size),
     )
-    ready = ready & (slot < t_star)
+    ready = ready & (slot < num_kept)
+    return Reservation(
+        num_kept=num_kept, preempted=batch.listed & (slot >= num_kept), ready=ready,
+        decode_ready=ready & (rows.generated > 0), stack=stack, stack_size=stack_size,
+    )
 
-    dready = ready & (gen2 > 0)
-    nd = jnp.sum(dready).astype(jnp.int64)
-    dkv = jnp.sum(jnp.where(dready, len2 - 1, 0))
 
-    has_p, has_d, lp, ld, code = pass_lookups(p.table, np_, ptok, pkv, nd, dkv)
+# ----------------------------------------------------------------------------------------------------
+# phase 4: price the pass
+
+
+def price(
+    p: EngineParams, now_ms: Float64[Array, ""], passes: Int64[Array, ""], batch: ScheduledList, reservation: Reservation
+) -> PassPrice:
+    """Prefill lookup (requests computing prompt tokens: Σ new prompt tokens, Σ prompt tokens already
+    cached) + decode lookup (ready requests that have emitted a token: Σ past KV), each rounded to whole
+    nanoseconds. Requests the reservation preempted still count their prompt chunk."""
+    rows = batch.rows
+    cached = jnp.minimum(batch.computed_before, rows.prompt_tokens)
+    new_prompt = jnp.where(batch.scheduled & ~batch.decode, jnp.minimum(batch.computed, rows.prompt_tokens) - cached, 0)
+    prefilling = new_prompt > 0
+    prefill_requests = jnp.sum(prefilling).astype(jnp.int64)
+    prefill_tokens = jnp.sum(new_prompt)
+    prefill_kv_tokens = jnp.sum(jnp.where(prefilling, cached, 0))
+    decode_requests = jnp.sum(reservation.decode_ready).astype(jnp.int64)
+    decode_kv_tokens = jnp.sum(jnp.where(reservation.decode_ready, rows.length - 1, 0))
+
+    has_prefill, has_decode, prefill_ms, decode_ms, code = pass_lookups(
+        p.table, prefill_requests, prefill_tokens, prefill_kv_tokens, decode_requests, decode_kv_tokens
+    )
     code = _materialize(code)  # read by every per-slot update: computed once, not once per element
-    bad = code >= st.FIRST_UNSUPPORTED
+    unsupported = code >= st.FIRST_UNSUPPORTED
     # the reference's clock adds two rounded durations: no fused multiply-add may form here
-    zero = jnp.minimum(s.passes, 0)
-    p_ms = jnp.where(has_p & ~bad, _pass_duration_ms(jnp.where(bad, 0.0, lp), zero), 0.0)
-    d_ms = jnp.where(has_d & ~bad, _pass_duration_ms(jnp.where(bad, 0.0, ld), zero), 0.0)
-    p_ms, d_ms = _opaque(p_ms, zero), _opaque(d_ms, zero)
-    end = (now + p_ms) + d_ms
-    end = _materialize(end)  # read by every per-slot and per-request update
-
-
-    # ---- emission: all tokens of the pass are stamped at its end --------------------------------
-    ready = ready & ~bad
-    firsts = ready & (gen2 == 0)
-    if stochastic:
-        pass_key = jax.random.fold_in(key, s.passes)
-        keys = jax.vmap(lambda i: jax.random.fold_in(pass_key, i))(req2)
-        sampled = jax.vmap(sample_burst, in_axes=(0, None, None, 0))(keys, p.accept_rates, K, out2 - gen2)
-    else:  # every rate is 0 or 1: the chained trials are certain
-        certain = (p.accept_rates >= 1.0) & (jnp.arange(MAX_DRAFT_TOKENS) < K)
-        sampled = jnp.minimum(1 + jnp.sum(jnp.cumprod(certain.astype(jnp.int64))), out2 - gen2)
-    # a decode emits at most the tokens it was scheduled (fewer than K+1 when the budget ran short)
-    burst = jnp.where(firsts | (comp2 == len2), 1, jnp.minimum(sampled, n_sched2))
-    gen3 = gen2 + jnp.where(ready, burst, 0)
-    comp3 = jnp.where(ready, prompt2 + gen3 - 1, comp2)
-    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, blocks_for(prompt2 + gen3, bs)), alloc2)
-    done = ready & (gen3 >= out2)
-    alloc3 = jnp.where(done, 0, alloc3)
-    rf2 = s.rf[req2]
-    prev_first, prev_second, prev_last = rf2[:, _FIRST], rf2[:, _SECOND], rf2[:, _LAST]
-    seen = ~jnp.isnan(prev_first)
-    gap = _opaque(jnp.where(ready & seen, end - prev_last, 0.0), zero)
-    first3 = jnp.where(ready & ~seen, end, prev_first)
-    second3 = jnp.where(ready & seen & jnp.isnan(prev_second), end, prev_second)
-    last3 = jnp.where(ready, end, prev_last)
-
-    # slots [0, n_run3) stay scheduled; preempted slots lose their KV and are recomputed later
-    pre = jnp.concatenate([pre1, pre2])
-    live2 = in2 & ~pre2
-    # new rows: scheduled slots (kept or preempted by the reservation), then running-loop preemptions
-    new2 = jnp.stack([
-        prompt2, out2, gen3, jnp.where(pre2, 0, comp3), jnp.where(pre2, 0, alloc3), row2[:, _ROUNDS] + dready,
-        row2[:, _PREEMPT] + pre2, row2[:, _ADMITS] + is_new,
-        (jnp.where(is_new | pre2, row2[:, _FLAGS] & ~_MAT, row2[:, _FLAGS]) & jnp.where(ready, ~_RECOMP, -1))
-        | jnp.where(done, _DONE, 0) | jnp.where(pre2, _RECOMP, 0),
-    ], axis=1)
-    new1 = row_r.at[:, _COMP].set(0).at[:, _ALLOC].set(0).at[:, _PREEMPT].add(1).at[:, _FLAGS].set((row_r[:, _FLAGS] & ~_MAT) | _RECOMP)
-    out_of_range = N + 1
-    idx_i = jnp.concatenate([jnp.where(in2 & commit, req2, out_of_range), jnp.where(pre1 & commit, r, out_of_range)])
-    ri = s.ri.at[idx_i].set(jnp.concatenate([new2, new1]), mode="drop")
-    gap_sq = rf2[:, _GAPSQ] + _opaque(gap * gap, zero)
-    rf = s.rf.at[jnp.where(live2 & commit, req2, out_of_range)].set(jnp.stack([first3, second3, last3, gap_sq], axis=1), mode="drop")
-
-    keep = live2 & ~done
-    pos = jnp.where(keep, jnp.cumsum(keep) - 1, S)
-    run = jnp.full((S,), N, jnp.int64).at[pos].set(req2, mode="drop")
-    n_run = jnp.sum(keep).astype(jnp.int64)
-
-    # the head of the running list preempting itself can never fit (its needs only grow): stop
-    head_lost = ((s.n_run > 0) & (cut == 0)) | ((n_run2 > 0) & (t_star == 0))
-    progress = (jnp.sum(pre) > 0) | (n_adm > 0) | jnp.any(sched2) | jnp.any(ready)
-    stalled = head_lost | ~progress
-    status = jnp.where(bad, code, jnp.where(stalled, STALLED, RUNNING)).astype(jnp.int32)
-    failed = jnp.where(bad, jnp.stack([np_, ptok, pkv, nd, dkv]), s.failed)
-    done_count = s.done_count + jnp.sum(done)
-    status = jnp.where((status == RUNNING) & (done_count >= n_acc), COMPLETED, status).astype(jnp.int32)
-
-    timeline = s.timeline
-    if timeline.shape[0] > 0:
-        row = jnp.stack([
-            now, end, n_run.astype(jnp.float64), (n_stk3 + jnp.sum(arr_sorted <= now) - admit_ptr).astype(jnp.float64),
-            np_.astype(jnp.float64), ptok.astype(jnp.float64), pkv.astype(jnp.float64), nd.astype(jnp.float64),
-            dkv.astype(jnp.float64), jnp.sum(jnp.where(keep, alloc3, 0)).astype(jnp.float64),
-            jnp.sum(pre).astype(jnp.float64),
-        ])
-        timeline = timeline.at[jnp.where(commit, s.passes, timeline.shape[0])].set(row, mode="drop")
-
-    small = dict(
-        now=jnp.where(bad, now, end), passes=s.passes + 1, status=status, done_count=done_count,
-        n_run=n_run, n_stk=n_stk3, admit_ptr=admit_ptr, run=run, stk=stk3, failed=failed,
+    zero = _runtime_zero(passes)
+    prefill_ms = jnp.where(has_prefill & ~unsupported, _pass_duration_ms(jnp.where(unsupported, 0.0, prefill_ms), zero), 0.0)
+    decode_ms = jnp.where(has_decode & ~unsupported, _pass_duration_ms(jnp.where(unsupported, 0.0, decode_ms), zero), 0.0)
+    prefill_ms, decode_ms = _opaque(prefill_ms, zero), _opaque(decode_ms, zero)
+    end_ms = _materialize((now_ms + prefill_ms) + decode_ms)  # read by every per-slot and per-request update
+    return PassPrice(
+        prefill_requests=prefill_requests, prefill_tokens=prefill_tokens, prefill_kv_tokens=prefill_kv_tokens,
+        decode_requests=decode_requests, decode_kv_tokens=decode_kv_tokens, status=code, unsupported=unsupported,
+        end_ms=end_ms,
     )
-    small = {k: jnp.where(commit, v, getattr(s, k)) for k, v in small.items()}
-    small["status"] = jnp.where(active & full, SLOTS_FULL, small["status"]).astype(jnp.int32)
-    return _State(ri=ri, rf=rf, timeline=timeline, **small)
+
+
+# ----------------------------------------------------------------------------------------------------
+# phase 5: emit tokens
+
+
+def emit(
+    p: EngineParams, key: jax.Array, stochastic: bool, passes: Int64[Array, ""], batch: ScheduledList,
+    reservation: Reservation, cost: PassPrice,
+) -> Emission:
+    """All tokens of the pass are stamped at its end: a fresh prefill emits its first token, a decode
+    round a burst (capped by the remaining output and by the tokens it was scheduled), a completed
+    recompute one token. Nothing is emitted when the pass left measured support."""
+    rows = batch.rows
+    ready = reservation.ready & ~cost.unsupported
+    firsts = ready & (rows.generated == 0)
+    sampled = _bursts(p, key, stochastic, passes, batch.requests, rows.output_tokens - rows.generated)
+    # a decode emits at most the tokens it was scheduled (fewer than K+1 when the budget ran short)
+    burst = jnp.where(firsts | (batch.computed == rows.length), 1, jnp.minimum(sampled, batch.budget_tokens))
+    generated = rows.generated + jnp.where(ready, burst, 0)
+    computed = jnp.where(ready, rows.prompt_tokens + generated - 1, batch.computed)
+    grown = jnp.maximum(batch.allocated_blocks, blocks_for(rows.prompt_tokens + generated, p.block_size))
+    allocated = jnp.where(ready & (p.num_draft_tokens > 0), grown, batch.allocated_blocks)
+    done = ready & (generated >= rows.output_tokens)
+    zero = _runtime_zero(passes)
+    end_ms = cost.end_ms
+    seen = rows.emitted_any
+    gap_ms = _opaque(jnp.where(ready & seen, end_ms - rows.last_token_ms, 0.0), zero)
+    return Emission(
+        ready=ready, generated=generated, computed=computed, allocated_blocks=jnp.where(done, 0, allocated), done=done,
+        first_token_ms=jnp.where(ready & ~seen, end_ms, rows.first_token_ms),
+        second_token_ms=jnp.where(ready & seen & jnp.isnan(rows.second_token_ms), end_ms, rows.second_token_ms),
+        last_token_ms=jnp.where(ready, end_ms, rows.last_token_ms),
+        token_gap_sq_ms2=rows.token_gap_sq_ms2 + _opaque(gap_ms * gap_ms, zero),
+    )
+
+
+def _bursts(p: EngineParams, key, stochastic: bool, passes, requests, remaining) -> Int64[Array, " S"]:
+    """Tokens each slot would emit in a decode round: 1 + accepted drafts (chained Bernoulli trials keyed
+    by pass and request), capped by the remaining output."""
+    if stochastic:
+        pass_key = jax.random.fold_in(key, passes)
+        keys = jax.vmap(lambda i: jax.random.fold_in(pass_key, i))(requests)
+        return jax.vmap(sample_burst, in_axes=(0, None, None, 0))(keys, p.accept_rates, p.num_draft_tokens, remaining)
+    # every rate is 0 or 1: the chained trials are certain
+    certain = (p.accept_rates >= 1.0) & (jnp.arange(MAX_DRAFT_TOKENS) < p.num_draft_tokens)
+    return jnp.minimum(1 + jnp.sum(jnp.cumprod(certain.astype(jnp.int64))), remaining)
+
+
+# ----------------------------------------------------------------------------------------------------
+# phase 6: commit the pass
+
+
+def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: PassRecord) -> EngineState:
+    """The state after the pass: request rows, running list, stack, clock, status and timeline. A pass
+    that found its slots full (``SLOTS_FULL``) or a replay already inactive changes nothing but the
+    status, so a batch of replays shares one loop without selecting whole states (the per-request
+    arrays are only touched by scatters)."""
+    active = _active(p, s)
+    applied = active & ~record.admission.slots_full
+    cost = record.price
+    running, num_running = _next_running_list(s, record)
+    num_done = s.num_done + jnp.sum(record.emission.done)
+    small = dict(
+        now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), passes=s.passes + 1,
+        status=_pass_status(consts, s, record, num_done), num_done=num_done, num_running=num_running,
+        num_preempted=record.reservation.stack_size, next_arrival=record.admission.next_arrival, running=running,
+        preempted=record.reservation.stack, failed_query=jnp.where(cost.unsupported, cost.query, s.failed_query),
+    )
+    small = {k: jnp.where(applied, v, getattr(s, k)) for k, v in small.items()}
+    small["status"] = jnp.where(active & record.admission.slots_full, SLOTS_FULL, small["status"]).astype(jnp.int32)
+    return EngineState(
+        requests=_write_requests(s, record, applied), timeline=_write_timeline(consts, s, record, num_running, applied),
+        **small,
+    )
+
+
+def _write_requests(s: EngineState, record: PassRecord, applied: Bool[Array, ""]) -> RequestState:
+    """Rows of the scheduled list (advanced by the emission; those the reservation preempted lose
+    their KV) and of the running-loop preemptions, written when the pass is applied."""
+    batch, reservation, emission = record.scheduled, record.reservation, record.emission
+    rows = batch.rows
+    advanced = rows.replace(
+        generated=emission.generated, computed=emission.computed, allocated_blocks=emission.allocated_blocks,
+        decode_rounds=rows.decode_rounds + reservation.decode_ready, admissions=rows.admissions + batch.admitted,
+        materialized=rows.materialized & ~batch.admitted, done=rows.done | emission.done,
+        recomputing=rows.recomputing & ~emission.ready, first_token_ms=emission.first_token_ms,
+        second_token_ms=emission.second_token_ms, last_token_ms=emission.last_token_ms,
+        token_gap_sq_ms2=emission.token_gap_sq_ms2,
+    )
+    scheduled_rows = _drop_kv(advanced, reservation.preempted)
+    preempted_rows = _drop_kv(record.running.rows, record.running.preempted)
+    nowhere = s.requests.num_rows
+    index = jnp.concatenate([
+        jnp.where(batch.listed & applied, batch.requests, nowhere),
+        jnp.where(record.running.preempted & applied, record.running.requests, nowhere),
+    ])
+    rows = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), scheduled_rows, preempted_rows)
+    return s.requests.write(index, rows)
+
+
+def _next_running_list(s: EngineState, record: PassRecord):
+    """The scheduled list without the preempted and finished requests, in order."""
+    num_slots = s.running.shape[0]
+    keep = record.scheduled.listed & ~record.reservation.preempted & ~record.emission.done
+    pos = jnp.where(keep, jnp.cumsum(keep) - 1, num_slots)
+    running = jnp.full((num_slots,), _padding_row(s), jnp.int64).at[pos].set(record.scheduled.requests, mode="drop")
+    return running, jnp.sum(keep).astype(jnp.int64)
+
+
+def _pass_status(consts: ReplayConstants, s: EngineState, record: PassRecord, num_done) -> Int32[Array, ""]:
+    """Running, completed, stalled (no progress, or the head of the list preempting itself: it can
+    never fit, its needs only grow) or the lookups' status outside measured support."""
+    running, reservation = record.running, record.reservation
+    head_lost = ((s.num_running > 0) & (running.num_kept == 0)) | ((record.scheduled.size > 0) & (reservation.num_kept == 0))
+    progress = (
+        jnp.any(running.preempted) | jnp.any(reservation.preempted) | (record.admission.num_admitted > 0)
+        | jnp.any(record.scheduled.scheduled) | jnp.any(record.emission.ready)
+    )
+    stalled = head_lost | ~progress
+    status = jnp.where(record.price.unsupported, record.price.status, jnp.where(stalled, STALLED, RUNNING)).astype(jnp.int32)
+    return jnp.where((status == RUNNING) & (num_done >= consts.num_accepted), COMPLETED, status).astype(jnp.int32)
+
+
+def _write_timeline(consts: ReplayConstants, s: EngineState, record: PassRecord, num_running, applied) -> Float64[Array, "T F"]:
+    """The pass's row of the timeline (:data:`TIMELINE_FIELDS`), when the replay keeps one."""
+    timeline = s.timeline
+    if timeline.shape[0] == 0:
+        return timeline
+    cost, emission, reservation = record.price, record.emission, record.reservation
+    arrived = jnp.sum(consts.arrival_sorted_ms <= record.now_ms)
+    keep = record.scheduled.listed & ~reservation.preempted & ~emission.done
+    fields = dict(
+        start_ms=record.now_ms, end_ms=cost.end_ms, running=num_running,
+        waiting=reservation.stack_size + arrived - record.admission.next_arrival,
+        prefill_requests=cost.prefill_requests, prefill_tokens=cost.prefill_tokens, prefill_kv_tokens=cost.prefill_kv_tokens,
+        decode_requests=cost.decode_requests, decode_kv_tokens=cost.decode_kv_tokens,
+        kv_blocks_used=jnp.sum(jnp.where(keep, emission.allocated_blocks, 0)),
+        preemptions=jnp.sum(record.running.preempted) + jnp.sum(reservation.preempted),
+    )
+    row = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in TIMELINE_FIELDS])
+    return timeline.at[jnp.where(applied, s.passes, timeline.shape[0])].set(row, mode="drop")
+
+
+# ----------------------------------------------------------------------------------------------------
+# one pass
+
+
+def engine_pass(
+    p: EngineParams, consts: ReplayConstants, key: jax.Array, stochastic: bool, s: EngineState,
+    axis_name: str | None = None,
+) -> EngineState:
+    """One scheduler pass, as named phases (the specification: ``oracle_replay`` in
+    ``tests/replay_support.py``); a no-op once the replay is inactive. ``axis_name``: the vmapped batch
+    axis, when the pass runs vmapped over replays (a phase no replay of the batch needs is skipped)."""
+    now_ms = _clock(consts, s)
+    running = schedule_running(p, s, axis_name)
+    admission = admit(p, consts, s, now_ms, running)
+    batch = scheduled_list(s, running, admission)
+    reservation = reserve(p, batch, running, admission, axis_name)
+    cost = price(p, now_ms, s.passes, batch, reservation)
+    emission = emit(p, key, stochastic, s.passes, batch, reservation, cost)
+    return commit(p, consts, s, PassRecord(now_ms, running, admission, batch, reservation, cost, emission))
+
+
+# ----------------------------------------------------------------------------------------------------
+# a whole replay: start, loop, finish
 
 
 def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
@@ -427,49 +834,55 @@ def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
     return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
 
 
-def _prepare(p: EngineParams, rq: Requests, slots: int, timeline_len: int):
+def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tuple[EngineState, ReplayConstants]:
     """Initial state plus the per-replay constants (accepted requests first, in arrival order)."""
-    N = rq.arrival_ms.shape[0]
-    acc = accepted_mask(p, rq)
-    order = jnp.argsort(~acc, stable=True)
-    n_acc = jnp.sum(acc).astype(jnp.int64)
-    S = int(slots)
-    arr_sorted = jnp.concatenate([jnp.where(acc[order], rq.arrival_ms[order], jnp.inf), jnp.full((S,), jnp.inf)])
-    pad1 = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])  # noqa: E731
-    prompt = pad1(rq.input_tokens[order].astype(jnp.int64), 0)
+    n = rq.arrival_ms.shape[0]
+    accepted = accepted_mask(p, rq)
+    order = jnp.argsort(~accepted, stable=True)
+    num_accepted = jnp.sum(accepted).astype(jnp.int64)
+    arrival_sorted_ms = jnp.concatenate([
+        jnp.where(accepted[order], rq.arrival_ms[order], jnp.inf), jnp.full((int(slots),), jnp.inf)
+    ])
+    with_padding_row = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])  # noqa: E731
+    prompt = with_padding_row(rq.input_tokens[order].astype(jnp.int64), 0)
     room = jnp.maximum(p.max_model_len - prompt, 0)
-    out = jnp.minimum(pad1(rq.output_tokens[order].astype(jnp.int64), 0), room)
-    mat = pad1(rq.materialized[order] & acc[order], False)
-    z64 = jnp.zeros((N + 1,), jnp.int64)
-    ri = jnp.stack([prompt, out, jnp.where(mat, 1, z64), jnp.where(mat, prompt, z64), z64, z64, z64, z64,
-                    jnp.where(mat, _MAT, 0).astype(jnp.int64)], axis=1)
-    rf = jnp.concatenate([jnp.full((N + 1, 3), jnp.nan), jnp.zeros((N + 1, 1))], axis=1)
-    s0 = _State(
-        now=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64),
-        status=jnp.where(n_acc == 0, COMPLETED, RUNNING).astype(jnp.int32),
-        done_count=jnp.asarray(0, jnp.int64), n_run=jnp.asarray(0, jnp.int64), n_stk=jnp.asarray(0, jnp.int64),
-        admit_ptr=jnp.asarray(0, jnp.int64), run=jnp.full((S,), N, jnp.int64), stk=jnp.full((S,), N, jnp.int64),
-        ri=ri, rf=rf, failed=jnp.zeros((5,), jnp.int64), timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
+    output = jnp.minimum(with_padding_row(rq.output_tokens[order].astype(jnp.int64), 0), room)
+    materialized = with_padding_row(rq.materialized[order] & accepted[order], False)
+    zeros = jnp.zeros((n + 1,), jnp.int64)
+    no = jnp.zeros((n + 1,), bool)
+    never = jnp.full((n + 1,), jnp.nan)
+    requests = RequestState.pack(
+        prompt_tokens=prompt, output_tokens=output, generated=jnp.where(materialized, 1, zeros),
+        computed=jnp.where(materialized, prompt, zeros), allocated_blocks=zeros, decode_rounds=zeros,
+        preemptions=zeros, admissions=zeros, materialized=materialized, done=no, recomputing=no,
+        first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
-    return s0, (arr_sorted, n_acc, order, acc)
+    state = EngineState(
+        now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64),
+        status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
+        num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64),
+        next_arrival=jnp.asarray(0, jnp.int64), running=jnp.full((int(slots),), n, jnp.int64),
+        preempted=jnp.full((int(slots),), n, jnp.int64), requests=requests, failed_query=jnp.zeros((5,), jnp.int64),
+        timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
+    )
+    return state, ReplayConstants(arrival_sorted_ms=arrival_sorted_ms, num_accepted=num_accepted, order=order, accepted=accepted)
 
 
-def _result(rq: Requests, s: _State, aux) -> ReplayResult:
-    N = rq.arrival_ms.shape[0]
-    _, _, order, acc = aux
+def _finish(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResult:
+    """Per-request results in trace order."""
+    n = rq.arrival_ms.shape[0]
     status = jnp.where(s.status == RUNNING, PASS_LIMIT, s.status).astype(jnp.int32)
-    inv = jnp.zeros((N,), jnp.int64).at[order].set(jnp.arange(N))
-    terminal = jnp.where((s.ri[:N, _FLAGS] & _DONE) > 0, DONE, UNFINISHED)
-    terminal = jnp.where(acc[order], terminal, REJECTED)[inv]
-    terminal = jnp.where(rq.valid, terminal, REJECTED).astype(jnp.int32)
-    gi = lambda c: s.ri[:N, c][inv]  # noqa: E731
-    gf = lambda c: s.rf[:N, c][inv]  # noqa: E731
+    inverse = jnp.zeros((n,), jnp.int64).at[consts.order].set(jnp.arange(n))
+    rows = jax.tree.map(lambda a: a[:n][inverse], s.requests)
+    terminal = jnp.where(rows.done, DONE, UNFINISHED)
+    terminal = jnp.where(rq.valid & consts.accepted, terminal, REJECTED).astype(jnp.int32)
     return ReplayResult(
-        first_token_ms=gf(_FIRST), second_token_ms=gf(_SECOND), last_token_ms=gf(_LAST),
-        output_tokens=gi(_GEN), decode_rounds=gi(_ROUNDS).astype(jnp.int32), preemptions=gi(_PREEMPT).astype(jnp.int32),
-        admissions=gi(_ADMITS).astype(jnp.int32), token_gap_sq_ms2=gf(_GAPSQ), terminal=terminal, status=status,
-        num_passes=s.passes, end_ms=jnp.nanmax(jnp.where(terminal == DONE, gf(_LAST), jnp.nan), initial=0.0),
-        failed_query=s.failed, timeline=s.timeline,
+        first_token_ms=rows.first_token_ms, second_token_ms=rows.second_token_ms, last_token_ms=rows.last_token_ms,
+        output_tokens=rows.generated, decode_rounds=rows.decode_rounds.astype(jnp.int32),
+        preemptions=rows.preemptions.astype(jnp.int32), admissions=rows.admissions.astype(jnp.int32),
+        token_gap_sq_ms2=rows.token_gap_sq_ms2, terminal=terminal, status=status, num_passes=s.passes,
+        end_ms=jnp.nanmax(jnp.where(terminal == DONE, rows.last_token_ms, jnp.nan), initial=0.0),
+        failed_query=s.failed_query, timeline=s.timeline,
     )
 
 
@@ -479,15 +892,19 @@ def replay(
     """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
 
     Static: ``slots`` running-list slots (at least ``max_num_seqs``: fewer can end the replay with
-    ``SLOTS_FULL``, which :mod:`jaxsim.replay.batch` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
+    ``SLOTS_FULL``, which :mod:`jaxsim.replay.runner` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
     that many passes of per-pass records (0: none).
     """
     ensure_x64()
-    s0, aux = _prepare(p, rq, slots, timeline_len)
-    body = partial(_engine_pass, p, aux[0], aux[1], key, bool(stochastic))
+    s0, consts = _start(p, rq, slots, timeline_len)
+    body = partial(engine_pass, p, consts, key, bool(stochastic))
     s = jax.lax.while_loop(partial(_active, p), body, s0)
-    return _result(rq, s, aux)
+    return _finish(rq, s, consts)
+
+
+# ----------------------------------------------------------------------------------------------------
+# stacks of replays (leading item axis): start, advance, widen, finish
 
 
 def param_axes(p: EngineParams, shared_table: bool):
@@ -499,42 +916,44 @@ def param_axes(p: EngineParams, shared_table: bool):
     return axes
 
 
-def start_stack(p: EngineParams, rq: Requests, *, slots: int, timeline_len: int = 0, shared_table: bool = False):
+def start_stack(
+    p: EngineParams, rq: Requests, *, slots: int, timeline_len: int = 0, shared_table: bool = False
+) -> tuple[EngineState, ReplayConstants]:
     """Initial states and per-replay constants of a stack of items at ``slots`` running-list slots."""
     ensure_x64()
     ax = param_axes(p, shared_table)
-    return jax.vmap(lambda pp, r: _prepare(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
+    return jax.vmap(lambda pp, r: _start(pp, r, slots, timeline_len), in_axes=(ax, 0))(p, rq)
 
 
 _BATCH = "replays"
 
 
 def advance_stack(
-    p: EngineParams, arr_sorted: Float64[Array, "I M"], n_acc: Int64[Array, " I"], keys: jax.Array, s: _State, *,
+    p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, *,
     stochastic: bool = True, shared_table: bool = False,
-) -> _State:
+) -> EngineState:
     """Run a stack of replays until none is active (finished, stopped, or out of slots: ``SLOTS_FULL``).
     One loop runs while any item is active, over the vmapped pass (a vmapped ``while_loop`` would select
     every item's whole state at every pass)."""
     ensure_x64()
     ax = param_axes(p, shared_table)
     step = jax.vmap(
-        lambda pp, a0, a1, k, s: _engine_pass(pp, a0, a1, k, bool(stochastic), s, _BATCH), in_axes=(ax, 0, 0, 0, 0), axis_name=_BATCH
+        lambda pp, c, k, s: engine_pass(pp, c, k, bool(stochastic), s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH
     )
 
     def cond(s):
         return jnp.any(jax.vmap(_active, in_axes=(ax, 0))(p, s))
 
-    return jax.lax.while_loop(cond, lambda s: step(p, arr_sorted, n_acc, keys, s), s)
+    return jax.lax.while_loop(cond, lambda s: step(p, consts, keys, s), s)
 
 
-def finish_stack(rq: Requests, s: _State, aux) -> ReplayResult:
+def finish_stack(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResult:
     """Per-request results of a stack of finished replays."""
     ensure_x64()
-    return jax.vmap(_result)(rq, s, aux)
+    return jax.vmap(_finish)(rq, s, consts)
 
 
-def widen_stack(s: _State, aux, slots: int):
+def widen_stack(s: EngineState, consts: ReplayConstants, slots: int) -> tuple[EngineState, ReplayConstants]:
     """Host-side (numpy): a stack's states and constants at ``slots`` (≥ the current) running-list slots;
     replays that ran out of slots (``SLOTS_FULL``) are running again. Nothing else changes, so a replay
     continued this way is the replay run at ``slots`` from the start. ``slots=0`` empties the slot
@@ -542,15 +961,16 @@ def widen_stack(s: _State, aux, slots: int):
     every capacity)."""
     if slots == 0:  # shapes only are read: works on ShapeDtypeStructs too
         empty = lambda a: np.zeros(a.shape[:-1] + (0,), a.dtype)  # noqa: E731
-        return eqx.tree_at(lambda t: (t.run, t.stk), s, (empty(s.run), empty(s.stk))), (empty(aux[0]), *aux[1:])
-    n = s.ri.shape[-2] - 1
-    pad = int(slots) - s.run.shape[-1]
+        s = eqx.tree_at(lambda t: (t.running, t.preempted), s, (empty(s.running), empty(s.preempted)))
+        return s, eqx.tree_at(lambda c: c.arrival_sorted_ms, consts, empty(consts.arrival_sorted_ms))
+    pad_row = s.requests.num_rows - 1
+    pad = int(slots) - s.running.shape[-1]
     if pad < 0:
-        raise ValueError(f"cannot narrow {s.run.shape[-1]} slots to {slots}")
+        raise ValueError(f"cannot narrow {s.running.shape[-1]} slots to {slots}")
     ext = lambda a, v: np.concatenate([np.asarray(a), np.full(a.shape[:-1] + (pad,), v, np.asarray(a).dtype)], axis=-1)  # noqa: E731
     status = np.where(np.asarray(s.status) == SLOTS_FULL, RUNNING, np.asarray(s.status)).astype(np.int32)
-    s = eqx.tree_at(lambda t: (t.run, t.stk, t.status), s, (ext(s.run, n), ext(s.stk, n), status))
-    return s, (ext(aux[0], np.inf), *aux[1:])
+    s = eqx.tree_at(lambda t: (t.running, t.preempted, t.status), s, (ext(s.running, pad_row), ext(s.preempted, pad_row), status))
+    return s, eqx.tree_at(lambda c: c.arrival_sorted_ms, consts, ext(consts.arrival_sorted_ms, np.inf))
 
 
 def replay_stack(
@@ -561,9 +981,9 @@ def replay_stack(
     item by item to :func:`replay`.
 
     ``shared_table``: ``p.table`` has no leading axis and serves every item."""
-    s0, aux = start_stack(p, rq, slots=slots, timeline_len=timeline_len, shared_table=shared_table)
-    s = advance_stack(p, aux[0], aux[1], keys, s0, stochastic=stochastic, shared_table=shared_table)
-    return finish_stack(rq, s, aux)
+    s0, consts = start_stack(p, rq, slots=slots, timeline_len=timeline_len, shared_table=shared_table)
+    s = advance_stack(p, consts, keys, s0, stochastic=stochastic, shared_table=shared_table)
+    return finish_stack(rq, s, consts)
 
 
 replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len"))

@@ -2,7 +2,7 @@
 
 The sweep's percentiles are analytic: over its workload mix, with queueing modelled as a constant wait
 (docs/sweep.md). Verification replays the best ``N`` SLA-feasible configurations per workload in ONE
-batched replay (:func:`jaxsim.replay.batch.run_replays`), each at its own concurrency (``max_num_seqs``
+batched replay (:func:`jaxsim.replay.orchestrate.run_replays`), each at its own concurrency (``max_num_seqs``
 capped at the configuration's concurrency per worker) and replica count, and applies the same SLA to the
 replayed per-request distribution: mean and p50/p90/p99 TTFT, TPOT and E2E, and tokens/s per user
 (1000 / mean TPOT). A configuration is ``verified`` when its replay completed every request of the
@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from jaxsim.replay.batch import ReplayConfig, WorkerPool, run_replays
+from jaxsim.replay.deployment import ReplayConfig, WorkerPool
+from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace
 from jaxsim.sla import SLA
 from jaxsim.sweep.spec import SweepPlan

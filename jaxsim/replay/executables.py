@@ -1,0 +1,96 @@
+"""Compiled entry points of batched replay: start, advance and finish a stack of replays (and one call
+that does all three), and their executables, compiled once per shape bucket (through the on-disk
+executable cache, :func:`jaxsim._jax.compile_all`) and called by reference."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from jaxsim._jax import compile_all, executable_key, jit_x64
+from jaxsim.devices import _mesh
+from jaxsim.replay.engine import EngineParams, EngineState, ReplayConstants, advance_stack, finish_stack, param_axes, replay_stack, start_stack
+
+replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
+replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
+
+Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
+start_many = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
+advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table"))
+finish_many = jit_x64(finish_stack)
+
+
+def advance_split(
+    p: EngineParams, consts: ReplayConstants, keys, s: EngineState, *, stochastic: bool, shared_table: bool
+) -> EngineState:
+    """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
+    device running its own loop over its own items (no cross-device step per pass)."""
+    items = P("batch")
+    p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
+    local = jax.shard_map(
+        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table), mesh=_mesh(),
+        in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
+    )
+    return local(p, consts, keys, s)
+
+
+advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table"))
+
+
+@dataclass(frozen=True)
+class Executable:
+    """A compiled entry point; ``name`` names its executables in the on-disk executable cache."""
+
+    name: str
+    function: Callable
+
+
+START = Executable("replay-start", start_many)
+ADVANCE = Executable("replay-advance", advance_many)
+ADVANCE_SPLIT = Executable("replay-advance-split", advance_split_many)
+FINISH = Executable("replay-finish", finish_many)
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """One call of an executable: its arguments (``ShapeDtypeStruct`` s are enough to compile it) and
+    static arguments."""
+
+    executable: Executable
+    args: tuple
+    statics: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return executable_key(self.executable.name, self.args, self.statics)
+
+
+_LOADED: dict[str, Callable] = {}  # executable key -> this process's compiled executable
+
+
+def compile_calls(calls: Sequence[Call], timings: dict | None = None) -> None:
+    """The executables ``calls`` need that this process has not got yet (once per shape bucket), through
+    :func:`~jaxsim._jax.compile_all` (the executable cache, else parallel XLA compilation). Wall time
+    goes to ``timings`` (``compile_s``, ``compilations``, ``executables_loaded``)."""
+    t0 = time.perf_counter()
+    todo: dict[str, Call] = {}
+    for c in calls:
+        if c.key not in _LOADED:
+            todo.setdefault(c.key, c)
+    if not todo:
+        return
+    exes, compiled, loaded = compile_all([(c.executable.name, c.executable.function, c.args, c.statics) for c in todo.values()])
+    _LOADED.update(zip(todo, exes))
+    if timings is not None:
+        timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
+        timings["compilations"] = timings.get("compilations", 0) + compiled
+        timings["executables_loaded"] = timings.get("executables_loaded", 0) + loaded
+
+
+def execute(call: Call):
+    """Run ``call`` on the executable :func:`compile_calls` compiled for it."""
+    return _LOADED[call.key](*call.args)

@@ -1,0 +1,228 @@
+"""Replaying deployments: every (configuration, seed) of a trace, one compiled call per group of static
+shapes. A pool's requests are split round-robin over its replicas. Aggregated deployments replay in one
+stage; disaggregated ones in two: the prefill pools, then the decode pools, fed by prefill completions
+plus the KV transfer. Per-request columns come back in trace order, with aggregates, timelines and the
+replay status (:class:`~jaxsim.replay.deployment.ReplayOutcome`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import SimpleNamespace
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxsim._jax import ensure_x64
+from jaxsim.kernels import status as st
+from jaxsim.kernels.capacity import kv_transfer_ms
+from jaxsim.replay import metrics
+from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
+from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
+from jaxsim.replay.runner import ReplayItem, run_items
+from jaxsim.replay.traces import Trace, request_bucket
+
+_FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds", "preemptions",
+           "admissions", "token_gap_sq_ms2", "terminal")
+"""The per-request result columns a deployment's replay gathers from its workers."""
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """One pool's share of one replay: the requests it serves (sorted by arrival, as columns), split
+    round-robin over the pool's replicas, each replica one :class:`~jaxsim.replay.runner.ReplayItem`."""
+
+    pool: WorkerPool
+    nextn: int
+    accept_rates: np.ndarray
+    arrival_ms: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    seed: int
+    stream: int  # the PRNG stream of the stage within the replay (0: first stage, 1: decode stage)
+    materialized: bool  # requests arrive with their prompt KV present (a decode pool)
+    max_passes: int
+
+    @cached_property
+    def parts(self) -> list[np.ndarray]:
+        """Each replica's requests (positions in the stage's columns)."""
+        n, replicas = self.arrival_ms.size, self.pool.replicas
+        return [np.arange(r, n, replicas) for r in range(replicas)]
+
+    @cached_property
+    def items(self) -> list[ReplayItem]:
+        size = request_bucket(max(p.size for p in self.parts))
+        params = self.pool.params(self.nextn, self.accept_rates, self.max_passes)
+        key = jax.random.fold_in(jax.random.PRNGKey(int(self.seed)), self.stream)
+        stochastic = is_stochastic(np.asarray(self.accept_rates)[: self.nextn])
+        slots = slot_bucket(self.pool.max_num_seqs)
+        return [ReplayItem(params, self._requests(idx, size), jax.random.fold_in(key, r), slots, stochastic)
+                for r, idx in enumerate(self.parts)]
+
+    def _requests(self, idx: np.ndarray, size: int) -> Requests:
+        pad = size - idx.size
+        return Requests(
+            arrival_ms=jnp.asarray(np.concatenate([self.arrival_ms[idx], np.full(pad, np.inf)])),
+            input_tokens=jnp.asarray(np.concatenate([self.input_tokens[idx], np.ones(pad, np.int64)])),
+            output_tokens=jnp.asarray(np.concatenate([self.output_tokens[idx], np.ones(pad, np.int64)])),
+            valid=jnp.asarray(np.arange(size) < idx.size),
+            materialized=jnp.full((size,), bool(self.materialized)),
+        )
+
+
+@dataclass(eq=False)
+class StageRun:
+    """A stage and, once run, its replicas' results."""
+
+    stage: Stage | None  # None: no request reaches this pool
+    results: list[ReplayResult] = field(default_factory=list)
+
+    @property
+    def items(self) -> list[ReplayItem]:
+        return [] if self.stage is None else self.stage.items
+
+    def columns(self, n: int) -> dict[str, np.ndarray]:
+        """Per-request result columns over the stage's ``n`` requests (unserved ones: nan, 0)."""
+        cols: dict = {f: None for f in _FIELDS}
+        for idx, res in zip(self.stage.parts, self.results):
+            for f in _FIELDS:
+                a = np.asarray(getattr(res, f))[: idx.size]
+                if cols[f] is None:
+                    cols[f] = np.zeros(n, a.dtype) if a.dtype != np.float64 else np.full(n, np.nan)
+                cols[f][idx] = a
+        return cols
+
+
+@dataclass(eq=False)
+class DecodeStage:
+    """The decode stage of a disaggregated replay: the prefill stage's columns (trace order), the
+    requests prefilled in time (trace positions, in order of their arrival at the decode pool) and
+    the decode pool's run over them."""
+
+    prefill: dict[str, np.ndarray]
+    order: np.ndarray
+    run: StageRun
+
+
+@dataclass(eq=False)
+class _Job:
+    """One (configuration, seed) replay: its first stage (the aggregated pool, or the prefill pool) and,
+    disaggregated, its decode stage."""
+
+    config: ReplayConfig
+    seed: int
+    first: StageRun
+    decode: DecodeStage | None = None
+
+
+def _max_passes(trace: Trace) -> int:
+    return int(16 * (int(trace.output_tokens.sum()) + int(trace.input_tokens.sum() // 16) + len(trace)) + 1000)
+
+
+def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int) -> Stage:
+    """The aggregated pool, or the prefill pool (each request computes its prompt and first token)."""
+    pool, out = (c.aggregated, trace.output_tokens) if c.mode == "aggregated" else (c.prefill, np.ones_like(trace.output_tokens))
+    return Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
+                 materialized=False, max_passes=max_passes)
+
+
+def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int) -> DecodeStage:
+    """Requests prefilled to completion reach the decode pool after their KV transfer, prompt cached."""
+    pre = prefill.columns(len(trace))
+    ready = pre["terminal"] == DONE
+    xfer = kv_transfer_ms(trace.input_tokens, float(c.kv_bytes_per_token), float(c.kv_transfer_bytes_per_s))
+    arrival = np.where(ready, pre["last_token_ms"] + xfer, np.inf)
+    order = np.argsort(arrival, kind="stable")
+    order = order[np.isfinite(arrival[order])]
+    stage = None
+    if order.size:
+        stage = Stage(c.decode, c.nextn, c.accept_rates, arrival[order], trace.input_tokens[order], trace.output_tokens[order],
+                      seed, stream=1, materialized=True, max_passes=max_passes)
+    return DecodeStage(pre, order, StageRun(stage))
+
+
+def _run_stages(runs: list[StageRun], **kw) -> None:
+    """Run every stage's items in one :func:`~jaxsim.replay.runner.run_items` call; results go to each stage."""
+    items = [it for r in runs for it in r.items]
+    if not items:
+        return
+    results = run_items(items, **kw)
+    lo = 0
+    for r in runs:
+        r.results = results[lo: lo + len(r.items)]
+        lo += len(r.items)
+
+
+def _disaggregated_columns(d: DecodeStage, n: int) -> dict[str, np.ndarray]:
+    """Decode-stage columns in trace order; preemptions and admissions add up over both stages, a request
+    the prefill stage did not finish keeps its prefill terminal."""
+    pre = d.prefill
+    cols = {f: np.full(n, np.nan) if pre[f].dtype == np.float64 else np.zeros(n, pre[f].dtype) for f in _FIELDS}
+    if d.run.stage is not None:
+        dec = d.run.columns(d.order.size)
+        for f in _FIELDS:
+            cols[f][d.order] = dec[f]
+    cols["preemptions"] = pre["preemptions"] + cols["preemptions"]
+    cols["admissions"] = pre["admissions"] + cols["admissions"]
+    cols["terminal"] = np.where(pre["terminal"] == DONE, cols["terminal"], pre["terminal"]).astype(np.int32)
+    return cols
+
+
+def _worst(results: list[ReplayResult]) -> tuple[int, tuple | None]:
+    """The first status that is not ``completed``, with its failed lookup when outside measured support."""
+    for r in results:
+        if int(r.status) != COMPLETED:
+            q = tuple(int(x) for x in np.asarray(r.failed_query)) if int(r.status) >= st.FIRST_UNSUPPORTED else None
+            return int(r.status), q
+    return COMPLETED, None
+
+
+def _outcome(job: _Job, trace: Trace, timeline: bool, sla: metrics.SLA | None) -> ReplayOutcome:
+    n = len(trace)
+    if job.decode is None:
+        cols, results = job.first.columns(n), job.first.results
+    else:
+        cols, results = _disaggregated_columns(job.decode, n), job.first.results + job.decode.run.results
+    status, failed = _worst(results)
+    timelines = [metrics.timeline_table(r) for r in results] if timeline else None
+    req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
+    req["row"] = trace.row
+    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, sla), timelines, failed)
+
+
+def run_replays(
+    configs: Sequence[ReplayConfig],
+    trace: Trace,
+    seeds: Sequence[int] = (0,),
+    *,
+    timeline: bool = False,
+    timeline_len: int | None = None,
+    chunk: int | None = 256,
+    sla: metrics.SLA | None = None,
+    progress=None,
+    timings: dict | None = None,
+) -> list[ReplayOutcome]:
+    """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
+
+    ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
+    ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
+    trace's output tokens plus four passes per request, at most 2**18). ``timings`` (optional dict)
+    accumulates ``compile_s`` (lowering + XLA compilation, or an executable-cache load), ``run_s``,
+    ``compilations`` and ``executables_loaded``.
+    """
+    ensure_x64()
+    if timeline_len is None:
+        timeline_len = min(request_bucket(int(trace.output_tokens.sum()) + 4 * len(trace)), 1 << 18)
+    run = dict(timeline_len=int(timeline_len) if timeline else 0, chunk=chunk, progress=progress, timings=timings)
+    max_passes = _max_passes(trace)
+    jobs = [_Job(c, int(s), StageRun(_first_stage(c, int(s), trace, max_passes))) for c in configs for s in seeds]
+    # stage 1: aggregated pools, or the prefill pools of disaggregated configs
+    _run_stages([j.first for j in jobs], **run)
+    # stage 2: decode pools, fed by prefill completions plus the KV transfer
+    for j in jobs:
+        if j.config.mode == "disaggregated":
+            j.decode = _decode_stage(j.config, j.seed, trace, j.first, max_passes)
+    _run_stages([j.decode.run for j in jobs if j.decode is not None], **run)
+    return [_outcome(j, trace, run["timeline_len"] > 0, sla) for j in jobs]

@@ -1,0 +1,334 @@
+"""Many replays in one compiled call: the engine vmapped over configurations (tables, scheduler
+settings, acceptance rates) and seeds. A batched replay equals the same replays run one by one.
+
+Tables of different sizes are padded to one common bucket shape (padding never changes a lookup), so
+a whole sweep compiles once. Items are grouped by trace size and sampling mode; a large group runs
+through growing running-list capacities (:data:`FIRST_SLOTS`, doubling), capacity by capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from jaxsim._jax import ensure_x64
+from jaxsim.devices import batch_sharding, num_devices, replicated
+from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.rounds import common_tables
+from jaxsim.replay import executables
+from jaxsim.replay.engine import SLOTS_FULL, EngineParams, EngineState, ReplayConstants, ReplayResult, Requests, start_stack, widen_stack
+from jaxsim.replay.executables import ADVANCE, ADVANCE_SPLIT, FINISH, START, Call
+
+FIRST_SLOTS = 16
+"""Batched replays start with this many running-list slots and double them when a replay fills them
+(``SLOTS_FULL``), up to their max_num_seqs bucket: a pass costs about 0.1 µs per slot per replay on
+XLA:CPU, and most passes run far fewer requests than max_num_seqs allows."""
+ADAPTIVE_MIN_ITEMS = 8
+"""Groups of fewer replays run at their full capacity at once (each capacity step is one more executable)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ReplayItem:
+    """One replay to run: a worker configuration, its requests, its PRNG key, its running-list capacity
+    (the max_num_seqs bucket, :func:`~jaxsim.replay.engine.slot_bucket`) and its sampling mode."""
+
+    params: EngineParams
+    requests: Requests
+    key: jax.Array
+    slots: int
+    stochastic: bool
+
+
+def stack_params(params: Sequence[EngineParams]) -> EngineParams:
+    """Stack per-configuration parameters along a leading axis (tables padded to a common shape)."""
+    tables = common_tables([p.table for p in params])
+    params = [dataclasses.replace(p, table=t) for p, t in zip(params, tables)]
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *params)
+
+
+def unstack(tree, i: int):
+    """Element ``i`` of a stacked pytree (results or parameters)."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def replay_batch(
+    params: Sequence[EngineParams],
+    requests: Requests,
+    seeds: Sequence[int] | int = 0,
+    *,
+    slots: int,
+    stochastic: bool,
+    timeline_len: int = 0,
+    chunk: int | None = None,
+) -> ReplayResult:
+    """Replay ``requests`` for every configuration (each with its seed; an int seed is shared), as one
+    stacked result (numpy). Runs through the same grouped, bucketed runner as
+    :func:`~jaxsim.replay.orchestrate.run_replays`.
+
+    ``chunk`` splits very large sweeps into several calls of at most ``chunk`` configurations (the
+    last call is padded with copies so every call reuses one compilation).
+    """
+    ensure_x64()
+    n = len(params)
+    if n == 0:
+        raise ValueError("replay_batch needs at least one configuration")
+    seeds = [int(seeds)] * n if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
+    if len(seeds) != n:
+        raise ValueError(f"{len(seeds)} seeds for {n} configurations")
+    items = [ReplayItem(p, requests, jax.random.PRNGKey(s), int(slots), bool(stochastic)) for p, s in zip(params, seeds)]
+    return jax.tree.map(lambda *xs: np.stack(xs), *run_items(items, timeline_len=timeline_len, chunk=chunk))
+
+
+def capacities(slots: int, n_items: int) -> list[int]:
+    """Slot capacities a group of ``n_items`` replays runs through: FIRST_SLOTS, doubling, up to ``slots``."""
+    if n_items < ADAPTIVE_MIN_ITEMS or slots <= FIRST_SLOTS:
+        return [slots]
+    out = [FIRST_SLOTS]
+    while out[-1] < slots:
+        out.append(min(2 * out[-1], slots))
+    return out
+
+
+def _call_size(n: int, chunk: int | None) -> int:
+    """Items per call for ``n`` pending items: powers of two up to 16, then multiples of 16 (padding
+    stays small), at most ``chunk``."""
+    size = pow2_bucket(n) if n <= 16 else -(-n // 16) * 16
+    return size if not chunk else max(1, min(int(chunk), size))
+
+
+def _np_stack(trees):
+    """Stack pytrees of equal structure along a new leading axis on the host (numpy: no device op, so
+    nothing to compile per leaf shape)."""
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+def _host(tree):
+    return jax.tree.map(np.asarray, tree)
+
+
+def run_items(
+    items: Sequence[ReplayItem], *, timeline_len: int, chunk: int | None, progress=None, timings: dict | None = None
+) -> list[ReplayResult]:
+    """Run ``items`` grouped by trace size and sampling mode; their results, in order.
+
+    Tables are padded to common shapes, so a group shares its compilations; a group whose items all
+    use one table passes it once (not a copy per item). Large groups run through growing slot
+    capacities (:func:`capacities`), capacity by capacity: the replays that fill their slots
+    (``SLOTS_FULL``) continue together at the next capacity from where they stopped, the others are
+    done. One executable per capacity, one to start, one to finish. ``progress(k)`` (optional) is
+    called when ``k`` replays have finished; ``timings`` (optional) accumulates ``compile_s``,
+    ``run_s``, ``compilations`` and ``executables_loaded``."""
+    tables = {id(it.params.table): it.params.table for it in items}
+    padded = dict(zip(tables, common_tables(list(tables.values()))))
+    by_shape: dict = {}
+    for i, it in enumerate(items):
+        by_shape.setdefault((it.stochastic, it.requests.size), []).append(i)
+    groups = [_CapacityGroup(items, indices, padded, stochastic, timeline_len, chunk) for (stochastic, _), indices in by_shape.items()]
+    executables.compile_calls([c for g in groups for c in g.calls()], timings)
+    out: list = [None] * len(items)
+    for g in groups:
+        t0 = time.perf_counter()
+        for i, res in g.run(progress):
+            out[i] = res
+        if timings is not None:
+            timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# a group of items sharing compilations, run capacity by capacity
+
+
+@dataclass(eq=False)
+class _GroupReplay:
+    """One item of a group on its way through its capacities. Not started: no state; pending: its
+    state at ``capacity``; finished: its final state, slot arrays emptied (host arrays)."""
+
+    index: int  # in the caller's items
+    position: int  # in the group's stacked arrays
+    capacities: list[int]
+    capacity: int
+    state: EngineState | None = None
+    constants: ReplayConstants | None = None
+    finished: bool = False
+
+    @property
+    def started(self) -> bool:
+        return self.state is not None
+
+    @property
+    def pending(self) -> bool:
+        return self.started and not self.finished
+
+    @property
+    def at_last_capacity(self) -> bool:
+        return self.capacity == self.capacities[-1]
+
+
+@dataclass(frozen=True)
+class _CallSizes:
+    """Items per call: per (capacity, last) an upper bound on the items that run at that capacity
+    (``last``: it is their max_num_seqs bucket, so they run to the end there; the others may fill
+    their slots and stop early, so the two never share a call); per starting capacity; finishing."""
+
+    advance: dict[tuple[int, bool], int]
+    start: dict[int, int]
+    finish: int
+
+
+@dataclass(frozen=True, eq=False)
+class _Placed:
+    """Arguments of a call for some items of a group, padded with copies and placed on the devices
+    (or their shapes and placements only); ``put`` places per-item arrays the same way."""
+
+    params: EngineParams
+    requests: Requests
+    keys: object  # array or ShapeDtypeStruct
+    put: Callable
+    split: bool  # items split over the devices
+
+    @property
+    def advance(self) -> executables.Executable:
+        return ADVANCE_SPLIT if self.split else ADVANCE
+
+
+class _CapacityGroup:
+    """Items of one group on the host: stacked parameters, requests and keys, and each item's progress
+    through its slot capacities (start, then doubling up to its max_num_seqs bucket)."""
+
+    def __init__(self, items: Sequence[ReplayItem], indices: list[int], padded: dict, stochastic: bool,
+                 timeline_len: int, chunk: int | None):
+        self.chunk, self.timeline_len = chunk, int(timeline_len)
+        members = [items[i] for i in indices]
+        self.replays = []
+        for position, index in enumerate(indices):
+            caps = capacities(items[index].slots, len(indices))
+            self.replays.append(_GroupReplay(index=index, position=position, capacities=caps, capacity=caps[0]))
+        table_ids = {id(it.params.table) for it in members}
+        self.shared_table = len(table_ids) == 1
+        self.shared = {id(x) for x in jax.tree.leaves(padded[next(iter(table_ids))])} if self.shared_table else set()
+        params = [eqx.tree_at(lambda q: q.table, it.params, padded[id(it.params.table)]) for it in members]
+        self.params = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in self.shared else np.stack([np.asarray(x) for x in xs]), *params)
+        self.requests = _np_stack([it.requests for it in members])
+        self.keys = np.stack([np.asarray(it.key) for it in members])
+        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table)
+        self.sizes = self._sizes()
+
+    def _sizes(self) -> _CallSizes:
+        advance: dict = {}
+        start: dict = {}
+        for r in self.replays:
+            for c in r.capacities:
+                advance[(c, c == r.capacities[-1])] = advance.get((c, c == r.capacities[-1]), 0) + 1
+            start[r.capacities[0]] = start.get(r.capacities[0], 0) + 1
+        size = lambda n: _call_size(n, self.chunk)  # noqa: E731
+        return _CallSizes({k: size(n) for k, n in sorted(advance.items())}, {c: size(n) for c, n in start.items()},
+                          size(len(self.replays)))
+
+    def _start_statics(self, capacity: int) -> dict:
+        return dict(slots=capacity, timeline_len=self.timeline_len, shared_table=self.shared_table)
+
+    def _placed(self, positions, size: int, abstract: bool = False) -> _Placed:
+        """Parameters, requests and keys of the items at ``positions``, padded to ``size`` with copies,
+        placed on the devices (``abstract``: their shapes and placements only)."""
+        sel = np.resize(np.asarray(positions), size)
+        split = num_devices() > 1 and size % num_devices() == 0  # items split over the devices, a shared table copied to each
+        items, rep = (batch_sharding(), replicated()) if split else (None, None)
+        if abstract:
+            place = lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh or getattr(x, "sharding", None))  # noqa: E731
+        else:
+            place = (lambda x, sh: jax.device_put(x, sh)) if split else (lambda x, sh: x)
+        put = lambda x: place(x, items)  # noqa: E731
+        pick = lambda x: x[sel]  # noqa: E731
+        params = jax.tree.map(lambda x: place(x, rep) if id(x) in self.shared else put(pick(x)), self.params)
+        return _Placed(params, jax.tree.map(lambda x: put(pick(x)), self.requests), put(self.keys[sel]), put, split)
+
+    def calls(self) -> list[Call]:
+        """Every call the group will make, with arguments as the devices will see them (to compile)."""
+        out = []
+        for capacity, size in self.sizes.start.items():
+            a = self._placed([0], size, abstract=True)
+            out.append(Call(START, (a.params, a.requests), self._start_statics(capacity)))
+        for (capacity, _), size in self.sizes.advance.items():
+            a = self._placed([0], size, abstract=True)
+            s_abs, consts_abs = jax.eval_shape(
+                lambda p, r, c=capacity: start_stack(p, r, slots=c, timeline_len=self.timeline_len, shared_table=self.shared_table),
+                a.params, a.requests,
+            )
+            sds = _abstract(a.split)
+            out.append(Call(a.advance, (a.params, jax.tree.map(sds, consts_abs), a.keys, jax.tree.map(sds, s_abs)), self.run_statics))
+        s_abs, consts_abs = widen_stack(s_abs, consts_abs, 0)
+        fin = self.sizes.finish
+        a = self._placed([0], fin, abstract=True)
+        s_abs, consts_abs = jax.tree.map(lambda x: jax.ShapeDtypeStruct((fin,) + x.shape[1:], x.dtype), (s_abs, consts_abs))
+        sds = _abstract(a.split)
+        out.append(Call(FINISH, (a.requests, jax.tree.map(sds, s_abs), jax.tree.map(sds, consts_abs))))
+        return out
+
+    def run(self, progress=None) -> Iterator[tuple[int, ReplayResult]]:
+        """Yield (item index, result) for every item of the group."""
+        for (capacity, last), size in self.sizes.advance.items():
+            self._start([r for r in self.replays if not r.started and r.capacity == capacity], capacity)
+            pending = [r for r in self.replays if r.pending and r.capacity == capacity and r.at_last_capacity == last]
+            for batch in _batches(pending, size):
+                finished = self._advance(batch, size)
+                if progress is not None and finished:
+                    progress(finished)
+        for batch in _batches(self.replays, self.sizes.finish):
+            yield from self._finish(batch)
+
+    def _start(self, replays: list[_GroupReplay], capacity: int) -> None:
+        size = self.sizes.start.get(capacity, 1)
+        for batch in _batches(replays, size):
+            a = self._placed([r.position for r in batch], size)
+            s, consts = _host(executables.execute(Call(START, (a.params, a.requests), self._start_statics(capacity))))
+            for k, r in enumerate(batch):
+                r.state, r.constants = unstack((s, consts), k)
+
+    def _advance(self, replays: list[_GroupReplay], size: int) -> int:
+        """Run ``replays`` until each finishes or fills its slots (then it moves to its next capacity);
+        how many finished."""
+        a = self._placed([r.position for r in replays], size)
+        s, consts = _np_stack([(r.state, r.constants) for r in _cycled(replays, size)])
+        put = lambda t: jax.tree.map(a.put, t)  # noqa: E731
+        s = _host(executables.execute(Call(a.advance, (a.params, put(consts), a.keys, put(s)), self.run_statics)))
+        finished = 0
+        for k, r in enumerate(replays):
+            sk, ck = unstack((s, consts), k)
+            if int(sk.status) == SLOTS_FULL:
+                r.capacity = r.capacities[r.capacities.index(r.capacity) + 1]
+                r.state, r.constants = widen_stack(sk, ck, r.capacity)
+            else:
+                r.state, r.constants = widen_stack(sk, ck, 0)
+                r.finished = True
+                finished += 1
+        return finished
+
+    def _finish(self, replays: list[_GroupReplay]) -> Iterator[tuple[int, ReplayResult]]:
+        size = self.sizes.finish
+        a = self._placed([r.position for r in replays], size)
+        s, consts = _np_stack([(r.state, r.constants) for r in _cycled(replays, size)])
+        res = _host(executables.execute(Call(FINISH, (a.requests, jax.tree.map(a.put, s), jax.tree.map(a.put, consts)))))
+        for k, r in enumerate(replays):
+            yield r.index, unstack(res, k)
+
+
+def _cycled(xs: list, size: int) -> list:
+    """``xs`` repeated to ``size`` entries (a call's padding: copies of its first items)."""
+    return [xs[i % len(xs)] for i in range(size)]
+
+
+def _batches(xs: list, size: int) -> Iterator[list]:
+    for lo in range(0, len(xs), size):
+        yield xs[lo: lo + size]
+
+
+def _abstract(split: bool):
+    sh = batch_sharding() if split else None
+    return lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)
