@@ -108,6 +108,7 @@ def test_import_dynamo_planner(tmp_path):
     assert runner.invoke(app, ["profiles", "validate", str(out)]).exit_code == 0
 
 
+@pytest.mark.slow
 def test_subprocess_profiles_validate_and_list():
     r = subprocess.run([sys.executable, "-m", "jaxsim", "profiles", "validate", "qwen3-32b-bf16-b300-eagle3-k3"],
                        capture_output=True, text=True, timeout=120)

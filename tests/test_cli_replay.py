@@ -116,6 +116,7 @@ def test_cli_help_has_an_example():
     assert r.exit_code == 0 and "jaxsim replay configs/" in r.output and "--sweep" in r.output
 
 
+@pytest.mark.slow
 def test_cli_subprocess_json_and_seeds(golden_setup, tmp_path):
     cfg, trace = golden_setup
     out = tmp_path / "o.parquet"

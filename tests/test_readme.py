@@ -3,6 +3,7 @@ files from the repository), and the Tour's other commands checked here for the c
 
 from __future__ import annotations
 
+import pytest
 import re
 import shlex
 import shutil
@@ -11,6 +12,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
+
+pytestmark = pytest.mark.slow  # subprocesses / whole documents: `pytest -m "not slow"` skips them
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
