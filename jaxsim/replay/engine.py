@@ -104,6 +104,7 @@ class EngineParams(eqx.Module):
     accept_rates: Float64[Array, " 5"]
     max_model_len: Int64[Array, ""]
     max_passes: Int64[Array, ""]
+    state_blocks: Int64[Array, ""]  # fixed blocks every request holds besides its tokens' (grouped caches; 0 when linear)
 
 
 class ReplayResult(eqx.Module):
@@ -211,7 +212,7 @@ def _engine_pass(
     active = _active(p, s)
     slot = jnp.arange(S)
     B, NB, bs, K = p.max_num_batched_tokens, p.num_gpu_blocks, p.block_size, p.num_draft_tokens
-    L = p.max_model_len
+    L, SB = p.max_model_len, p.state_blocks
 
     # arrivals (sorted; S trailing +inf pads): only the next S are looked at, never the whole trace.
     # An idle engine jumps to the next arrival.
@@ -234,7 +235,7 @@ def _engine_pass(
     n_tok = jnp.minimum(need_tok, bud_before)
     live = in_run & (bud_before > 0)
     target = jnp.where(is_dec, comp_r + 1, comp_r + n_tok)
-    need_blk = jnp.where(live, jnp.maximum(blocks_for(target, bs) - al_r, 0), 0)
+    need_blk = jnp.where(live, jnp.maximum(blocks_for(target, bs) + SB - al_r, 0), 0)
 
     def search():
         # keeping slots [0, t) lets slot i allocate iff Σ_{j<t} alloc_j + Σ_{j<=i} need_j <= pool
@@ -272,9 +273,9 @@ def _engine_pass(
     c_need = jnp.where(c_mat, jnp.minimum(K + 1, L - c_len), c_len)
     c_bud = jnp.maximum(B - jnp.sum(n_tok) - _cumsum_excl(c_need), 0)
     c_n = jnp.minimum(c_need, c_bud)
-    c_blk = blocks_for(jnp.where(c_mat, c_len, c_n), bs)
+    c_blk = blocks_for(jnp.where(c_mat, c_len, c_n), bs) + SB
     free0 = NB - jnp.sum(jnp.where(slot < cut, al_r, 0))
-    c_fit = blocks_for(c_len, bs) <= free0 - _cumsum_excl(c_blk)
+    c_fit = blocks_for(c_len, bs) + SB <= free0 - _cumsum_excl(c_blk)
     ok = c_ok & c_fit & (cut + slot < jnp.minimum(p.max_num_seqs, S)) & (c_n > 0) & ~preempted_any
     adm = jnp.cumprod(ok.astype(jnp.int32)) > 0
     n_adm = jnp.sum(adm)
@@ -360,7 +361,7 @@ def _engine_pass(
     burst = jnp.where(firsts | (comp2 == len2), 1, jnp.minimum(sampled, n_sched2))
     gen3 = gen2 + jnp.where(ready, burst, 0)
     comp3 = jnp.where(ready, prompt2 + gen3 - 1, comp2)
-    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, blocks_for(prompt2 + gen3, bs)), alloc2)
+    alloc3 = jnp.where(ready & (K > 0), jnp.maximum(alloc2, blocks_for(prompt2 + gen3, bs) + SB), alloc2)
     done = ready & (gen3 >= out2)
     alloc3 = jnp.where(done, 0, alloc3)
     rf2 = s.rf[req2]
@@ -424,7 +425,7 @@ def _engine_pass(
 def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
     """Requests the worker can ever run: a prompt shorter than max_model_len whose blocks fit the pool
     (the reference rejects the others when they reach the queue head)."""
-    return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
+    return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) + p.state_blocks <= p.num_gpu_blocks)
 
 
 def _prepare(p: EngineParams, rq: Requests, slots: int, timeline_len: int):
@@ -580,6 +581,7 @@ def make_params(
     accept_rates=None,
     max_model_len: int,
     max_passes: int = 10_000_000,
+    state_blocks: int = 0,
 ) -> EngineParams:
     """Validated :class:`EngineParams` for one worker (plain Python checks before any jit)."""
     ints = dict(
@@ -589,6 +591,8 @@ def make_params(
     for name, v in ints.items():
         if isinstance(v, bool) or int(v) != v or int(v) < 1:
             raise ValueError(f"{name}={v!r} must be an integer >= 1")
+    if isinstance(state_blocks, bool) or int(state_blocks) != state_blocks or int(state_blocks) < 0:
+        raise ValueError(f"state_blocks={state_blocks!r} must be an integer >= 0")
     k = int(num_draft_tokens)
     if not 0 <= k <= MAX_DRAFT_TOKENS:
         raise ValueError(f"num_draft_tokens={num_draft_tokens!r} must be within 0..{MAX_DRAFT_TOKENS}")
@@ -601,6 +605,7 @@ def make_params(
         table=table, max_num_batched_tokens=i64(max_num_batched_tokens), max_num_seqs=i64(max_num_seqs),
         block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
         accept_rates=jnp.asarray(rates), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
+        state_blocks=i64(state_blocks),
     )
 
 
