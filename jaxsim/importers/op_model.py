@@ -548,11 +548,10 @@ def _memory(r: ResolvedRequest, lay: Layout, eng: Engine) -> tuple[int, dict, in
     return pool, {k: int(v) for k, v in (est.get("memory_breakdown") or {}).items()}, int(est["total_gpu_capacity_bytes"])
 
 
-def price_cell(r: ResolvedRequest, layout: Layout | int) -> CellResult:
+def price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     """Price every table row of one (model, system, layout) cell with the op model; OpModelError (one line) when
     the op model cannot price this configuration (missing silicon data, unsupported precision, ...) or its
     modelled memory is physically impossible."""
-    lay = layout if isinstance(layout, Layout) else Layout(layout, layout if r.num_experts else 1, 1)
     try:
         return _price_cell(r, lay)
     except (OpModelError, JaxsimError):
