@@ -588,8 +588,34 @@ class Calibration:
             "model": self.profile.model, "tp": self.deployment.tp, "system": self.deployment.system,
             "backend_version": self.deployment.backend_version, "log": self.facts.source,
             "passes": len(self.log), **self.info, "corrections": {"decode": self.decode.to_dict(), "prefill": self.prefill.to_dict()},
-            "held_out": self.scores,
+            "held_out": self.scores, "weak_phase_threshold_pct": WEAK_PHASE_APE_PCT, "weak_phases": weak_phases(self.scores),
         }
+
+
+WEAK_PHASE_APE_PCT = 10.0
+"""A calibrated phase whose held-out median |error| stays above this (%) is flagged weak (calibration.json
+``weak_phases``, a warning from ``jaxsim calibrate``, the profile's provenance and ``jaxsim profiles show``)."""
+
+
+def weak_phases(scores: dict, threshold_pct: float = WEAK_PHASE_APE_PCT) -> dict[str, float]:
+    """Phases whose held-out median |error| of the calibrated profile (``scores[DATA_SOURCE]``, see :func:`score`)
+    stays above ``threshold_pct``: phase -> that median (%)."""
+    out = {}
+    for ph, st in (scores.get(DATA_SOURCE) or {}).items():
+        med = st.get("median_ape")
+        if st.get("n") and isinstance(med, (int, float)) and med == med and med > threshold_pct:
+            out[ph] = round(float(med), 2)
+    return out
+
+
+def weak_note(scores: dict) -> str:
+    """One sentence for a weak calibration ('' when every phase is within the threshold)."""
+    weak = weak_phases(scores)
+    if not weak:
+        return ""
+    what = ", ".join(f"{ph} {v:.1f} %" for ph, v in weak.items())
+    return (f"WEAK CALIBRATION: held-out median |error| stays above {WEAK_PHASE_APE_PCT:g} % for {what}; "
+            "do not read this profile as calibrated in those phases.")
 
 
 def _source_data_label(bundle) -> str:
@@ -709,6 +735,7 @@ def calibrated_profile(cal: Calibration, *, provenance_extra: str = "") -> tuple
         f"{cal.deployment.backend_version} (the source profile's is {cal.info['source_backend_version']}); model "
         f"{src.model} (source profile: {cal.info['source_model']}, revision {cal.info['source_model_revision']}). "
         + (cal.info["revision_note"] + ". " if cal.info.get("revision_note") else "")
+        + (weak_note(cal.scores) + " " if weak_note(cal.scores) else "")
         + f"Source profile provenance: {_source_provenance(cal)}"
         + (" " + provenance_extra if provenance_extra else "")
     )
@@ -757,5 +784,5 @@ def _json_default(v: Any):
 __all__ = [
     "Calibration", "CalibrationConfig", "Correction", "DATA_SOURCE", "LogFacts", "PHASES", "apply_corrections",
     "calibrate", "calibrated_profile", "fit", "fit_correction", "match_deployment", "planner_log", "price", "read_log",
-    "score", "score_lines", "write_calibrated",
+    "score", "score_lines", "WEAK_PHASE_APE_PCT", "weak_note", "weak_phases", "write_calibrated",
 ]

@@ -37,6 +37,8 @@ LIMITS: dict[str, Range] = {
     "gpus": Range(1, 65536, "GPUs of a whole deployment; sweep gpu_budget"),
     "tokens": Range(1, 10_000_000, "token lengths: isl, osl, trace lengths, context_length, max_num_batched_tokens"),
     "max_num_seqs": Range(1, 65536, "max_num_seqs; sweep concurrency; replay --max-concurrency"),
+    "op_model_seqs": Range(1, 1024, "jaxsim import op-model --max-num-seqs (one decode curve per batch size)"),
+    "op_model_prefill_batch": Range(1, 64, "jaxsim import op-model --max-prefill-batch (prefill rows per batch size)"),
     "block_size": Range(1, 65536, "KV block size (tokens)"),
     "requests": Range(1, 10_000_000, "requests in a trace: trace synth --n, replay --max-requests, trace files"),
     "seeds": Range(1, 1024, "replay --seeds"),

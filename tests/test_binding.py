@@ -252,7 +252,7 @@ def test_capacity_rules_through_config():
     assert "scheduler-envelope" in _rules(_cfg(roles={"aggregated": {"max_num_seqs": 64}}))
     assert "scheduler-envelope" in _rules(_cfg(roles={"aggregated": {"max_num_batched_tokens": 4096}}))
     assert "context-length" in _rules(_cfg(context_length=32769))
-    assert "gpu-budget" in _rules(_cfg(gpu_memory_bytes=30_000_000_000))
+    assert "gpu-memory-fit" in _rules(_cfg(gpu_memory_bytes=30_000_000_000))
     assert "cuda-graph-reserved" in _rules(_cfg(cuda_graph_reserved_bytes=1))
     assert "block-size" in _rules(_cfg(block_size=0))
     assert "tolerance" in _rules(_cfg(tolerance_fraction=1.0))

@@ -229,3 +229,42 @@ def test_jsonl_log_without_metadata_needs_and_takes_tp(modelled, tmp_path):
     assert cal.deployment.tp == 1 and cal.scores["calibrated"]["decode"]["median_ape"] <= 2.0
     r = runner.invoke(app, ["calibrate", str(modelled), "--log", str(log), "--tp", "2", "--output", str(tmp_path / "o")])
     assert r.exit_code == 2 and "no TP2 deployment" in r.output and not (tmp_path / "o").exists()
+
+
+def test_weak_phases_are_those_whose_held_out_median_error_stays_above_the_threshold():
+    st = lambda med, n=10: {"n": n, "covered": n, "coverage": 1.0, "median_ape": med, "p90_ape": med}  # noqa: E731
+    scores = {"modelled": {"decode": st(30.0), "prefill": st(51.0), "mixed": st(40.0)},
+              "calibrated": {"decode": st(1.5), "prefill": st(51.04), "mixed": st(10.0), }}
+    assert C.weak_phases(scores) == {"prefill": 51.04}  # 10 % itself is not above the threshold
+    assert C.weak_phases({"calibrated": {"decode": st(float("nan")), "prefill": st(80.0, n=0)}}) == {}
+    assert "WEAK CALIBRATION" in C.weak_note(scores) and "prefill 51.0 %" in C.weak_note(scores)
+    assert C.weak_note({"calibrated": {"decode": st(2.0)}}) == ""
+
+
+def test_a_weak_calibration_is_warned_flagged_and_shown(tmp_path):
+    """Prefill rows scrambled by per-row factors no smooth correction can undo: calibration keeps prefill's
+    held-out error above 10 %; the CLI warns, calibration.json flags it, the provenance and profiles show say it."""
+    b = load_bundle(resolve_profile_dir("qwen3-32b-bf16-b300"))
+    dep = next(d for d in b.profile.deployments if d.tp == 1)
+    cell = b.cell(dep)
+    from jaxsim.importers.fpm_log import BinnedRows, table_columns
+
+    rng = np.random.default_rng(1)
+    lp = cell.prefill_latency_ms * rng.choice([0.35, 2.8], cell.prefill_latency_ms.size)
+    binned = BinnedRows(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms * 0.9, np.ones_like(cell.decode_batch),
+                        cell.prefill_batch, cell.prefill_tokens, cell.prefill_kv, lp, np.ones_like(cell.prefill_batch))
+    prof = b.profile.from_dict({**b.profile.to_dict(), "provenance": "MODELLED. test stand-in: scrambled prefill",
+                                "deployments": [dep.to_dict()]})
+    src = write_profile_dir(tmp_path / "scrambled", prof, table_columns(dep, model=prof.model, model_revision=prof.model_revision,
+                                                                         binned=binned, cell_id="scrambled"))
+    out = tmp_path / "cal"
+    r = runner.invoke(app, ["calibrate", str(src), "--log", str(LOG), "--output", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "warning: WEAK CALIBRATION: held-out median |error| stays above 10 % for prefill" in " ".join(r.output.split())
+    report = json.loads((out / "calibration.json").read_text())
+    assert report["weak_phase_threshold_pct"] == 10.0 and report["weak_phases"]["prefill"] > 10.0
+    assert "WEAK CALIBRATION" in load_bundle(out).profile.provenance
+    shown = runner.invoke(app, ["profiles", "show", str(out), "--json"])
+    assert json.loads(shown.output)["calibration"]["weak_phases"] == {"": report["weak_phases"]}
+    shown = runner.invoke(app, ["profiles", "show", str(out)])
+    assert "Weak calibration" in shown.output

@@ -103,8 +103,8 @@ def _refusal_rule(case) -> str:
         ("refuse-scheduler-seqs-changed", "scheduler-envelope"),
         ("refuse-context-above-max-model-len", "context-length"),
         ("refuse-context-above-profile-context", "context-length"),
-        ("refuse-budget-below-pool", "gpu-budget"),
-        ("refuse-budget-below-pool-sd", "gpu-budget"),
+        ("refuse-budget-below-pool", "gpu-memory-fit"),
+        ("refuse-budget-below-pool-sd", "gpu-memory-fit"),
         ("refuse-cuda-graph-reserved", "cuda-graph-reserved"),
         ("refuse-fraction-of-free", "memory-fraction-kind"),
         ("refuse-sd-nextn-mismatch", "sd-nextn"),
@@ -126,7 +126,7 @@ def test_budget_boundary_is_exact():
     req = _request(case)
     assert capacity_problems(res, prof.context_length, req) == []
     smaller = CapacityRequest(**{**req.__dict__, "total_gpu_bytes": req.total_gpu_bytes - 1})
-    assert any(p.startswith("gpu-budget") for p in capacity_problems(res, prof.context_length, smaller))
+    assert any(p.startswith("gpu-memory-fit") for p in capacity_problems(res, prof.context_length, smaller))
 
 
 def _declared_resources(**over) -> Resources:

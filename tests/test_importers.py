@@ -212,7 +212,9 @@ def test_slow_admission_steps_are_dropped_as_mis_split_only_when_systematic(slow
 def test_identity_from_model_card_and_metadata():
     ident = _identity()
     assert (ident.model, ident.backend_version, ident.tp, ident.context_length) == ("Qwen/Qwen3-32B", "0.20.1", 1, 40960)
-    assert (ident.max_num_tokens, ident.max_batch_size) == (8192, 1024)  # serving envelope: the card, not the metadata's 2048
+    # the identity takes the vLLM metadata's envelope first and keeps the card's; the import checks both against the log
+    assert (ident.max_num_tokens, ident.max_batch_size) == (2048, 128)
+    assert [e[1:] for e in ident.envelope_sources] == [(2048, 128), (8192, 1024)]
     card = json.loads(CARD.read_text())["card_json"]
     blocks = card["runtime_config"]["total_kv_blocks"]
     assert ident.kv_cache_bytes == blocks * card["kv_cache_block_size"] * 262144
@@ -389,3 +391,63 @@ def test_preset_rates_truncate_and_zero_pad():
         preset_rates("nope", 3)
     with pytest.raises(QueryError, match="1..5"):
         preset_rates("eagle3-mtbench-qwen3-8b", 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the identity checked against the log's own passes (envelope, KV pool)
+
+
+def test_envelope_is_the_first_recorded_one_the_log_respects_and_is_named(excerpt_import):
+    # the metadata says 2048 / 128, but the log schedules 8192-token passes: the card's 8192 / 1024 is used, said so
+    d = excerpt_import.deployment
+    assert (d.resources.max_num_tokens, d.resources.max_batch_size) == (8192, 1024)
+    note = next(n for n in excerpt_import.summary.identity_notes if n.startswith("scheduler envelope"))
+    assert "from the Dynamo model card" in note and "vLLM metadata (effective_config scheduler_config) says 2048 / 128" in note
+    assert "Dynamo model card" in d.resources.provenance and note in excerpt_import.profile.provenance
+
+
+def test_metadata_envelope_wins_when_the_log_respects_it(tmp_path):
+    meta = json.loads(META.read_text())
+    meta["effective_config"].update({"scheduler_config.max_num_batched_tokens": 8192, "scheduler_config.max_num_seqs": 64})
+    (tmp_path / "m.json").write_text(json.dumps(meta))
+    r = import_fpm_log(LOG, _identity(vllm_metadata=tmp_path / "m.json"))
+    assert (r.deployment.resources.max_num_tokens, r.deployment.resources.max_batch_size) == (8192, 64)
+    assert any("from the vLLM metadata" in n for n in r.summary.identity_notes)
+
+
+def test_an_envelope_the_log_contradicts_is_refused_with_the_pass():
+    with pytest.raises(TableError, match=r"schedules 8192 tokens > max_num_batched_tokens 4096 \(as given\)"):
+        import_fpm_log(LOG, _identity(max_num_tokens=4096))
+
+
+def test_a_pool_smaller_than_the_passes_hold_is_refused_or_widened(tmp_path):
+    held = int((lambda g: (g.decode_kv_tokens + g.num_decode_requests + g.prefill_kv_tokens + g.prefill_tokens).max())(read_fpm_log(LOG)))
+    with pytest.raises(TableError, match=rf"holds {held} KV tokens at once .* > the recorded KV pool of 100000 tokens"):
+        import_fpm_log(LOG, _identity(kv_cache_tokens=100000))
+    r = import_fpm_log(LOG, _identity(kv_cache_tokens=100000), widen_kv_pool=True)
+    rm = r.deployment.resources.runtime_memory
+    assert rm.kv_cache_bytes == held * 262144
+    assert f"KV pool widened from the recorded 100000 tokens to {held}" in r.profile.provenance
+    # the CLI: one line, exit 2, nothing written; --widen-kv-pool writes and says so
+    from typer.testing import CliRunner
+
+    from jaxsim.cli.main import app
+
+    args = ["import", "fpm-log", str(LOG), "--model-card", str(CARD), "--vllm-metadata", str(META), "--model-revision", REV,
+            "--architecture", "Qwen3ForCausalLM", "--system", "b300_sxm", "--kv-bytes-per-token", "262144",
+            "--kv-cache-tokens", "100000", "--output", str(tmp_path / "p")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "contradicts its pool" in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "p").exists()
+    res = CliRunner().invoke(app, args + ["--widen-kv-pool", "--json"])
+    assert res.exit_code == 0, res.output
+    assert any("KV pool widened" in n for n in json.loads(res.output)["identity_notes"])
+
+
+def test_a_pool_that_cannot_fit_the_gpu_is_refused_at_import():
+    # 2,000,000 tokens x 262,144 B = 524 GB on a 288 GB B300 at 0.9
+    with pytest.raises(ProfileError, match=r"gpu-memory-fit: KV pool 524288000000 B .* > GPU memory \d+ B x gpu_memory_utilization 0.9"):
+        import_fpm_log(LOG, _identity(kv_cache_tokens=2_000_000))
+    # a pool that holds the log's passes but not one max_model_len request (200,000 tokens > 150,000)
+    with pytest.raises(ProfileError, match="kv-pool-holds-request: .* cannot hold one max_model_len=200000 request"):
+        import_fpm_log(LOG, _identity(kv_cache_tokens=150_000, max_model_len=200_000))

@@ -44,7 +44,12 @@ def test_import_writes_a_valid_modelled_profile(tmp_path, model, system, tp):
     for dep, cell in zip(prof.deployments, summary["cells"]):
         res = dep.resources
         assert dep.system == system and res.runtime_memory is not None and "MODELLED" in res.runtime_memory.provenance
-        assert res.runtime_memory.kv_cache_bytes == cell["kv_pool_tokens"] * res.kv_bytes_per_token
+        # the pool is the op model's budget in bytes (GPU x 0.9 - weights, activations, overheads in memory.json)
+        assert res.cache_layout == "linear" and res.runtime_memory.kv_cache_bytes == cell["kv_pool_bytes"]
+        assert cell["kv_pool_tokens"] == cell["kv_pool_bytes"] // res.kv_bytes_per_token
+        mem = next(m for m in json.loads((out / "memory.json").read_text())["deployments"] if m["tp"] == dep.tp)
+        assert cell["kv_pool_bytes"] + sum(mem[k] for k in ("weights_bytes", "activations_bytes", "runtime_overhead_bytes",
+                                                            "comm_overhead_bytes")) <= 0.9 * mem["gpu_memory_bytes"]
         assert res.max_batch_size == 24 and res.max_num_tokens == 1024
         t = bundle.table_for(dep)
         mine = t.column("tp") == dep.tp

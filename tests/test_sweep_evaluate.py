@@ -57,7 +57,7 @@ def _cfgs(n: int, rng: np.random.Generator, **fixed) -> ev.ConfigInputs:
         decode_gpus=rng.choice([1, 2, 4], n), nextn=np.zeros(n, np.int64), acceptance_id=np.zeros(n, np.int64),
         max_num_seqs=np.full(n, 64), max_num_batched_tokens=rng.choice([2048, 8192], n),
         prefill_max_num_batched_tokens=np.full(n, 8192), kv_blocks=rng.choice([2000, 200000], n),
-        prefill_kv_blocks=np.full(n, 200000), block_size=np.full(n, 16), max_model_len=np.full(n, 32768),
+        prefill_kv_blocks=np.full(n, 200000), kv_state_blocks=np.zeros(n, np.int64), block_size=np.full(n, 16), max_model_len=np.full(n, 32768),
         kv_bytes_per_token=np.full(n, 131072), kv_transfer_bytes_per_s=np.full(n, 50e9), concurrency=rng.integers(1, 24, n),
         isl=rng.integers(16, 3000, (n, W)), osl=rng.integers(1, 600, (n, W)), weight=rng.choice([0.0, 0.3, 1.0], (n, W)),
     )

@@ -165,8 +165,9 @@ def test_trace_workload_uses_the_empirical_distribution():
 
 
 def _toml_shaped(spec, root, profile, key) -> dict:
-    """The config of a binding point as the TOML a user would write for it (how the planner used to build it)."""
-    sched = {"tp": key.tp}
+    """The config of a binding point as the TOML a user would write for it (the layout stated in full)."""
+    layout = {"tp": key.tp, "moe_tp": key.moe_tp, "moe_ep": key.moe_ep}
+    sched = dict(layout)
     if key.max_num_seqs is not None:
         sched["max_num_seqs"] = key.max_num_seqs
     if key.max_num_batched_tokens is not None:
@@ -174,7 +175,7 @@ def _toml_shaped(spec, root, profile, key) -> dict:
     if key.mode == "aggregated":
         roles = {"aggregated": sched}
     else:
-        pre = {"tp": key.tp, "replicas": key.prefill_workers}
+        pre = {**layout, "replicas": key.prefill_workers}
         if key.max_num_batched_tokens is not None:
             pre["max_num_batched_tokens"] = key.max_num_batched_tokens
         roles = {"prefill": pre, "decode": {**sched, "replicas": key.decode_workers}}

@@ -78,6 +78,10 @@ def register(app: typer.Typer) -> None:
         cal = calibrate(profile_dir, log, tp=tp, backend_version=backend_version, model_card=model_card,
                         vllm_metadata=vllm_metadata, model=model, model_revision=model_revision, config=cfg)
         write_calibrated(output, [calibrated_profile(cal)], force=True, report=cal.summary())
+        from jaxsim.calibrate import weak_note
+
+        if weak_note(cal.scores):
+            typer.echo(f"warning: {weak_note(cal.scores)} (flagged in {output}/calibration.json weak_phases)", err=True)
         if as_json:
             from jaxsim.calibrate import _json_default
 

@@ -16,9 +16,12 @@ LOG is the CSV of aiconfigurator FPM runs (fpm_metrics_detail.csv) or JSONL of D
 Decode-only iterations become decode curves (per batch size, binned over total KV, upper median per bin,
 outliers and mis-split admission steps dropped); prefill-only iterations become prefill rows; mixed
 iterations are kept out of the table. Identity and the runtime KV pool come from the Dynamo model card
-(total_kv_blocks x block size x kv_bytes_per_token), the vLLM metadata and options. A model revision is
-never invented: pass --model-revision when the files record none. Prints a summary (rows read, used,
-dropped by reason, curves, bins, coverage).
+(total_kv_blocks x block size x kv_bytes_per_token), the vLLM metadata and options. The scheduler envelope is
+the vLLM metadata's, else the model card's: the first the log's passes respect, named in the summary and the
+provenance. A recorded KV pool smaller than the KV the log's own passes hold at once is refused (or, with
+--widen-kv-pool, widened to that maximum and said so). A model revision is never invented: pass
+--model-revision when the files record none. Prints a summary (rows read, used, dropped by reason, curves,
+bins, coverage, where the envelope and the pool came from).
 
 Example:
 
@@ -44,17 +47,25 @@ OP_MODEL_HELP = """Price a MODELLED profile directory with NVIDIA aiconfigurator
 optional extra: pip install -e '.[opmodel]').
 
 MODEL is a model id whose config ships with aiconfigurator-core (see --list-models), SYSTEM a GPU with op-level
-vLLM data (see --list-systems). One deployment per --tp: decode curves over a batch x per-request KV grid up to
-the modelled KV pool / max_model_len, prefill rows for batches 1..--max-prefill-batch over a new-token x
-cached-prefix grid up to --max-num-batched-tokens (chunked prefill with prefix reads), resources (KV bytes per
-token, pool at --gpu-memory-utilization) from the op model's memory estimate. With --nextn K the rows are whole
-speculative rounds: multi-token prediction priced natively for models with MTP layers, or, with --draft-config
-FILE, EAGLE-3 rounds composed from op-model pieces (the target's K+1-token verify pass plus K draft decode
-steps; the op model has no native EAGLE-3 path). Every number is labelled data_source "modelled".
+vLLM data (see --list-systems). One deployment per parallel layout: --tp N gives pure tensor parallelism (an MoE
+model with moe_tp = N), --layout adds layouts such as tp8:ep8 (attention TP8, experts over 8 GPUs: moe_tp 1 x
+moe_ep 8); a layout the op model cannot price is refused with its reason. Per layout: decode curves over a batch x
+per-request KV grid up to the modelled KV pool / max_model_len, prefill rows for batches 1..--max-prefill-batch
+over a new-token x cached-prefix grid up to --max-num-batched-tokens (chunked prefill with prefix reads), and the
+resources from the op model's memory estimate: the KV pool in bytes at --gpu-memory-utilization and the KV layout
+by attention kind (full attention per token; sliding-window layers capped at their window and linear-attention /
+state-space layers as one state per sequence, a grouped cache). Precisions default to the checkpoint's own
+(--gemm-quant-mode / --moe-quant-mode force another; a quantised checkpoint has only its own). A pool that does not
+fit the GPU or cannot hold one max_model_len request is refused. With --nextn K the rows are whole speculative
+rounds: multi-token prediction priced natively for models with MTP layers, or, with --draft-config FILE, EAGLE-3
+rounds composed from op-model pieces (the target's K+1-token verify pass plus K draft decode steps; the op model
+has no native EAGLE-3 path). Every number is labelled data_source "modelled".
 
-Example:
+Examples:
 
   jaxsim import op-model meta-llama/Meta-Llama-3.1-70B --system b200_sxm --tp 2,4,8 --output profiles/llama70-b200
+
+  jaxsim import op-model Qwen/Qwen3-30B-A3B --system h200_sxm --tp 1,2,4,8 --layout tp4:ep4,tp8:ep8 --output profiles/q30
 """
 
 
@@ -101,6 +112,7 @@ def register(app: typer.Typer) -> None:
         num_experts: Optional[int] = typer.Option(None, "--num-experts", help="Routed experts (default: HF config, else 0 = dense)."),
         kv_cache_tokens: Optional[int] = typer.Option(None, "--kv-cache-tokens", help="Runtime KV pool in tokens (default: model card blocks x block size)."),
         kv_bin_tokens: int = typer.Option(512, "--kv-bin-tokens", help="Decode total-KV bin width (tokens, even)."),
+        widen_kv_pool: bool = typer.Option(False, "--widen-kv-pool", help="When the log's passes hold more KV at once than the recorded pool, widen the pool to that maximum (said in the provenance) instead of refusing."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     ) -> None:
@@ -116,7 +128,7 @@ def register(app: typer.Typer) -> None:
             comm_quant_mode=comm_quant_mode, context_length=context_length, max_model_len=max_model_len,
             num_experts=num_experts, kv_cache_tokens=kv_cache_tokens,
         )
-        result = import_fpm_log(log, ident, binning=BinningConfig(kv_bin_tokens=kv_bin_tokens))
+        result = import_fpm_log(log, ident, binning=BinningConfig(kv_bin_tokens=kv_bin_tokens), widen_kv_pool=widen_kv_pool)
         write_import(output, result, force=True)
         if as_json:
             typer.echo(json.dumps({"output": str(output), **result.summary.to_dict()}, indent=1))
@@ -179,13 +191,15 @@ def register(app: typer.Typer) -> None:
     def op_model_cmd(
         model: Optional[str] = typer.Argument(None, help="Model id, e.g. Qwen/Qwen3-32B (see --list-models)."),
         system: Optional[str] = typer.Option(None, "--system", help="GPU, e.g. h200_sxm (see --list-systems)."),
-        tp: str = typer.Option("1", "--tp", help="Comma-separated tensor-parallel sizes, e.g. 1,2,4,8."),
+        tp: Optional[str] = typer.Option(None, "--tp", help="Comma-separated tensor-parallel sizes, e.g. 1,2,4,8 (default 1 without --layout)."),
+        layout: Optional[str] = typer.Option(None, "--layout", help="Comma-separated parallel layouts tpN[:epN][:moetpN], e.g. tp4:ep4,tp8:ep8 (MoE expert parallel)."),
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Profile directory to write."),
         backend_version: Optional[str] = typer.Option(None, "--backend-version", help="Op-model vLLM database version (default: its current one)."),
         kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="bfloat16, fp8 or int8 (default: the model's)."),
-        gemm_quant_mode: Optional[str] = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: the model's)."),
+        gemm_quant_mode: Optional[str] = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: the checkpoint's)."),
+        moe_quant_mode: Optional[str] = typer.Option(None, "--moe-quant-mode", help="MoE expert precision, e.g. fp8, nvfp4, w4a16_mxfp4 (default: the checkpoint's)."),
         gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM memory fraction for the KV pool."),
-        max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Serving max sequences (decode batch grid bound)."),
+        max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Serving max sequences (decode batch grid bound; at most 1,024, docs/limits.md)."),
         max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Serving token budget (prefill token bound)."),
         max_prefill_batch: int = typer.Option(16, "--max-prefill-batch", help="Prefill rows for batches 1..this."),
         max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: the model's context length)."),
@@ -205,11 +219,13 @@ def register(app: typer.Typer) -> None:
         if model is None or system is None or output is None:
             raise JaxsimError("MODEL, --system and --output are required (or --list-models / --list-systems)")
         refuse_output_dir(output, force, (draft_config,))
+        tp_text = tp if tp is not None else (None if layout else "1")
         req = om.OpModelRequest(
-            model=model, system=system, tp=om.parse_tp_list(tp), backend_version=backend_version,
-            kv_cache_dtype=kv_cache_dtype, gemm_quant_mode=gemm_quant_mode, gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch,
-            max_model_len=max_model_len, num_draft_tokens=nextn, draft_config=draft_config,
+            model=model, system=system, tp=om.parse_tp_list(tp_text) if tp_text is not None else (),
+            backend_version=backend_version, kv_cache_dtype=kv_cache_dtype, gemm_quant_mode=gemm_quant_mode,
+            moe_quant_mode=moe_quant_mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch, max_model_len=max_model_len,
+            num_draft_tokens=nextn, draft_config=draft_config, layouts=om.parse_layouts(layout) if layout else (),
         )
         result = om.import_op_model(req)
         om.write_op_model(output, result, force=True)
@@ -219,6 +235,9 @@ def register(app: typer.Typer) -> None:
         else:
             lines = [(k, str(v)) for k, v in summary.items() if k != "cells"]
             for c in result.summary["cells"]:
-                lines.append((f"tp={c['tp']}", f"{c['decode_rows']} decode rows ({c['decode_curves']} curves), "
-                              f"{c['prefill_rows']} prefill rows, pool {c['kv_pool_tokens']} tokens, {c['seconds']} s"))
+                pool = f"{c['kv_pool_bytes'] / 2**30:,.2f} GiB" + (f" = {c['kv_pool_tokens']:,} tokens" if c["kv_pool_tokens"] else
+                                                                     f" ({c['cache_layout']}: {c['kv_geometry']})")
+                lines.append((c["layout"], f"{c['decode_rows']} decode rows ({c['decode_curves']} curves), {c['prefill_rows']} "
+                              f"prefill rows, KV pool {pool}, {c['max_sequences_at_max_model_len']:,} max-length sequences, "
+                              f"gemm {c['gemm_quant_mode']} / moe {c['moe_quant_mode']} / kv {c['kv_cache_dtype']}, {c['seconds']} s"))
             _print_summary(f"Imported op model {model} on {system} -> {output}", lines)

@@ -43,9 +43,11 @@ Examples:
   jaxsim profiles show ./my-profile --json
 """
 
-VALIDATE_HELP = """Validate a profile directory (or bundled name): the profile JSON, the table sidecar and rows, and
-that every deployment matches genuine decode and prefill rows. Exit 0 when valid, 2 with one line per
-problem otherwise.
+VALIDATE_HELP = """Validate a profile directory (or bundled name): the profile JSON, the table sidecar and rows, that
+every deployment matches genuine decode and prefill rows, and that its memory is physically possible: the KV pool
+plus the rank's weights and overheads (when memory.json states them) fit the GPU at the recorded
+gpu_memory_utilization (gpu-memory-fit), and the pool holds one max_model_len request (kv-pool-holds-request).
+Exit 0 when valid, 2 with one line per problem otherwise.
 
 Examples:
 
@@ -73,11 +75,13 @@ def describe_profile(name_or_path: str) -> dict:
     from jaxsim.data.registry import resolve_profile
     from jaxsim.errors import TableError
     from jaxsim.profile import load_profile_dir
+    from jaxsim.profile.memory_breakdown import deployment_key, load_memory_breakdown
 
     entry = _bundled_entry(name_or_path)
     path = resolve_profile(name_or_path)
     bundle = load_profile_dir(path)
     prof = bundle.profile
+    memory = load_memory_breakdown(path)
     deps = []
     for d in prof.deployments:
         res = d.resources
@@ -85,13 +89,14 @@ def describe_profile(name_or_path: str) -> dict:
         item = {
             "identity": d.describe(),
             "system": d.system, "backend": d.backend, "backend_version": d.backend_version, "tp": d.tp, "dp": d.dp,
-            "worker_type": d.worker_type,
+            "moe_tp": d.moe_tp, "moe_ep": d.moe_ep, "worker_type": d.worker_type,
             "precision": {"gemm": d.gemm_quant_mode, "moe": d.moe_quant_mode, "fmha": d.fmha_quant_mode,
                           "comm": d.comm_quant_mode, "kv_cache": d.kv_cache_dtype},
             "execution_profile": None if d.execution_profile is None else d.execution_profile.to_dict(),
+            "memory": (memory or {}).get(deployment_key(d)),
             "resources": {
                 "cache_layout": res.cache_layout, "memory_source": res.memory_source,
-                "kv_bytes_per_token": res.kv_bytes_per_token,
+                "kv_bytes_per_token": res.kv_bytes_per_token, "cache_groups": [g.to_dict() for g in res.cache_groups],
                 "kv_cache_bytes": None if rm is None else rm.kv_cache_bytes,
                 "kv_cache_tokens": None if rm is None or not res.kv_bytes_per_token else rm.kv_cache_bytes // res.kv_bytes_per_token,
                 "gpu_memory_utilization": None if rm is None else rm.gpu_memory_utilization,
@@ -124,8 +129,28 @@ def describe_profile(name_or_path: str) -> dict:
         "measurement_policy": bundle.table.measurement_policy,
         "provenance": prof.provenance,
         "licence": entry.licence if entry else "not recorded: see the provenance and the data's own licence",
+        "calibration": _calibration(path),
         "deployments": deps,
     }
+
+
+def _calibration(path) -> dict | None:
+    """A calibrated profile's held-out verdict from its calibration.json (one report, or one per deployment):
+    the threshold and the weak phases (held-out median |error| above it) of each report."""
+    from pathlib import Path
+
+    p = Path(path) / "calibration.json"
+    if not p.is_file():
+        return None
+    from jaxsim.calibrate import WEAK_PHASE_APE_PCT, weak_phases
+
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return {"error": f"{p}: {' '.join(str(e).split())}"}
+    reports = {"": doc} if isinstance(doc, dict) and "held_out" in doc else {k: v for k, v in doc.items() if isinstance(v, dict)}
+    weak = {k: weak_phases(v.get("held_out") or {}) for k, v in reports.items()}
+    return {"weak_phase_threshold_pct": WEAK_PHASE_APE_PCT, "weak_phases": {k: v for k, v in weak.items() if v}}
 
 
 def _fmt_range(r) -> str:
@@ -138,6 +163,27 @@ def _fmt_batches(bs: list[int]) -> str:
     if bs == list(range(bs[0], bs[-1] + 1)) and len(bs) > 2:
         return f"{bs[0]}..{bs[-1]} (all)"
     return ", ".join(map(str, bs)) if len(bs) <= 12 else f"{', '.join(map(str, bs[:6]))}, ... {bs[-1]} ({len(bs)})"
+
+
+def _fmt_pool(r: dict, memory: dict | None) -> str:
+    """The KV pool: bytes, and tokens x bytes per token (linear) or the groups (grouped); the rank's other bytes."""
+    if r["kv_cache_bytes"] is None:
+        return "-"
+    out = f"{r['kv_cache_bytes'] / 2**30:,.1f} GiB"
+    if r["cache_layout"] == "linear":
+        out += f" = {r['kv_cache_tokens']:,} tok x {r['kv_bytes_per_token']:,} B"
+    else:
+        def group(g: dict) -> str:
+            if g["kind"] == "convolution" and r["max_model_len"] and g["block_size_tokens"] >= r["max_model_len"]:
+                return f"{g['name']} {g['page_size_bytes']:,} B/sequence"  # one page per sequence: a recurrent state
+            return (f"{g['name']} {g['page_size_bytes']:,} B/{g['block_size_tokens']:,} tok"
+                    + (f" window {g['sliding_window']:,}" if g.get("sliding_window") else ""))
+
+        out += " grouped: " + ", ".join(group(g) for g in r["cache_groups"])
+    out += f" (gmu {r['gpu_memory_utilization']:g})"
+    if memory:
+        out += f"; weights {memory['weights_bytes'] / 2**30:,.1f} GiB of {memory['gpu_memory_bytes'] / 2**30:,.0f} GiB"
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -236,17 +282,24 @@ def register(app: typer.Typer) -> None:
             t.add_column(col)
         for d in info["deployments"]:
             r, s = d["resources"], d["support"]
-            pool = "-" if r["kv_cache_bytes"] is None else f"{r['kv_cache_bytes'] / 2**30:,.1f} GiB = {r['kv_cache_tokens']:,} tok x {r['kv_bytes_per_token']:,} B (gmu {r['gpu_memory_utilization']:g})"
             env = f"{r['max_num_batched_tokens']:,} tok / {r['max_num_seqs']:,} seqs"
             k = str(d["execution_profile"]["num_draft_tokens"]) if d["execution_profile"] else "-"
-            prec = f"{d['precision']['gemm']} / kv {d['precision']['kv_cache']}"
+            p = d["precision"]
+            prec = f"gemm {p['gemm']}" + (f" / moe {p['moe']}" if info["num_experts"] else "") + f" / attn {p['fmha']} / kv {p['kv_cache']}"
             if "error" in s:
                 dec = pre = s["error"]
             else:
                 dec = f"b {_fmt_batches(s['decode_batches'])}; KV {_fmt_range(s['decode_kv_range'])} ({s['decode_rows']} rows)"
                 pre = f"b {_fmt_batches(s['prefill_batches'])}; tokens {_fmt_range(s['prefill_token_range'])} ({s['prefill_rows']} rows)"
-            t.add_row(f"{d['system']} {d['backend']} {d['backend_version']} TP{d['tp']}", prec, k, pool, env, dec, pre)
+            layout = f"TP{d['tp']}" + (f" DP{d['dp']}" if d["dp"] != 1 else "") + (
+                f" (moe_tp {d['moe_tp']} x moe_ep {d['moe_ep']})" if info["num_experts"] else "")
+            t.add_row(f"{d['system']} {d['backend']} {d['backend_version']} {layout}", prec, k, _fmt_pool(r, d["memory"]), env, dec, pre)
         con.print(t)
+        weak = (info.get("calibration") or {}).get("weak_phases")
+        if weak:
+            what = "; ".join(f"{k + ': ' if k else ''}{', '.join(f'{ph} {v:.1f} %' for ph, v in w.items())}" for k, w in weak.items())
+            con.print(f"[bold red]Weak calibration:[/] held-out median |error| above "
+                      f"{info['calibration']['weak_phase_threshold_pct']:g} % ({what})")
         con.print(f"[bold]Provenance:[/] {info['provenance']}")
         con.print(f"[bold]Licence:[/] {info['licence']}")
 
@@ -260,7 +313,9 @@ def register(app: typer.Typer) -> None:
             path = resolve_profile(profile)
         except JaxsimError as e:
             fail(str(e))
-        problems = validate_profile_dir(path)
+        from jaxsim.rules.memory_fit import profile_dir_memory_problems
+
+        problems = validate_profile_dir(path) + profile_dir_memory_problems(path)
         if problems:
             for line in problems:
                 typer.echo(" ".join(str(line).split()))

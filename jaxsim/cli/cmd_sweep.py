@@ -46,7 +46,7 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         "profile": r["profile"],
         "source": r.get("data_source", "-"),
         "mode": mode,
-        "tp": r["tp"],
+        "tp": r["tp"] if r.get("moe_ep", 1) == 1 else f"{r['tp']} ep{r['moe_ep']}",  # expert parallel: moe_tp 1 x moe_ep
         "nextn": r["nextn"],
         "acceptance": r["acceptance"] if r["nextn"] else "-",
         "conc": f"{r['concurrency']}/{r['concurrency_target']}",
@@ -157,6 +157,7 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
     sources = sorted({str(r.get("data_source", "measured")) for r in top_rows + front} - {"measured"})
     con.print(
         "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "
+        "tp \"8 ep8\" = TP8 with the MoE experts over 8 GPUs (moe_tp 1 x moe_ep 8); "
         "ttft_ms, tpot_ms = means over the workload mix; p50/p90/p99 columns = percentiles over the mix (constant queueing wait); "
         "tok/s/user = 1000 / TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
         "source = what the profile's numbers are (docs/sweep.md)"

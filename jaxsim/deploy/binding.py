@@ -20,7 +20,7 @@ import numpy as np
 from jaxsim import acceptance, systems
 from jaxsim._jax import ensure_x64
 from jaxsim.errors import BindingError
-from jaxsim.kernels.capacity import KvPool, PoolCapacity, estimate_kv_cache, make_pool, pool_capacity_jit
+from jaxsim.kernels.capacity import BlockView, KvPool, PoolCapacity, block_view, estimate_kv_cache, make_pool, pool_capacity_jit
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.kernels.tables import round_table
 from jaxsim.profile import CellRows, Deployment, ProfileBundle
@@ -41,7 +41,8 @@ class RoleBinding:
 
     ``max_num_batched_tokens``/``max_num_seqs``/``gpu_memory_utilization`` are the resolved per-rank
     scheduler envelope and memory fraction; ``kv`` is the reference's cache estimate and ``pool`` the
-    (tolerance-adjusted) pool ready for :func:`jaxsim.kernels.capacity.pool_capacity`.
+    (tolerance-adjusted) pool ready for :func:`jaxsim.kernels.capacity.pool_capacity`; ``blocks`` the pool in
+    scheduler blocks as the sweep and the replay allocate it (a grouped cache: a fixed part per request).
     """
 
     name: str
@@ -53,6 +54,7 @@ class RoleBinding:
     table: RoundTable
     kv: KvCacheEstimate
     pool: KvPool
+    blocks: BlockView
     max_num_batched_tokens: int
     max_num_seqs: int
     gpu_memory_utilization: float
@@ -184,6 +186,7 @@ def bind(cfg: DeploymentConfig) -> Binding:
             table=round_table(r.bundle, dep, r.role.dcp),
             kv=kv,
             pool=_kv_pool(dep.resources, kv.usable_kv_bytes, cfg.block_size, dep.num_draft_tokens),
+            blocks=block_view(dep.resources, kv, cfg.block_size),
             max_num_batched_tokens=req.max_num_tokens,
             max_num_seqs=req.max_batch_size,
             gpu_memory_utilization=req.memory_fraction_value,

@@ -473,6 +473,9 @@ class LogIdentity:
     max_num_tokens: int
     max_batch_size: int
     notes: tuple[str, ...] = ()
+    # (source, max_num_batched_tokens, max_num_seqs) of every file that records a scheduler envelope, first the
+    # one the identity took; empty when options set it (see jaxsim.importers.log_reconcile.reconcile_with_log)
+    envelope_sources: tuple[tuple[str, int | None, int | None], ...] = ()
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -689,10 +692,23 @@ def _pick_memory(p: _Picks, src: _IdentitySources) -> None:
     if gmu is None and "--gpu-memory-utilization" in args:
         gmu = float(args[args.index("--gpu-memory-utilization") + 1])
     p.pick("gpu_memory_utilization", ("metadata", gmu))
-    p.pick("max_num_tokens", ("card", runtime.get("max_num_batched_tokens")), ("metadata", eff.get("scheduler_config.max_num_batched_tokens")),
-           option="max_num_batched_tokens")
-    p.pick("max_batch_size", ("card", runtime.get("max_num_seqs")), ("metadata", eff.get("scheduler_config.max_num_seqs")),
-           option="max_num_seqs")
+    _pick_envelope(p, src)
+
+
+def _pick_envelope(p: _Picks, src: _IdentitySources) -> None:
+    """The scheduler envelope: an option wins; else the vLLM metadata's effective scheduler config, else the model
+    card's runtime config. Every file's values are kept (``envelope_sources``) so that the import can check them
+    against the log's own passes and say which it used."""
+    eff, runtime = src.eff, src.runtime
+    cands = [("vLLM metadata (effective_config scheduler_config)",
+              eff.get("scheduler_config.max_num_batched_tokens"), eff.get("scheduler_config.max_num_seqs")),
+             ("Dynamo model card (runtime_config)",
+              runtime.get("max_num_batched_tokens"), runtime.get("max_num_seqs"))]
+    cands = [c for c in cands if c[1] is not None or c[2] is not None]
+    p.pick("max_num_tokens", *((c[0], c[1]) for c in cands), option="max_num_batched_tokens")
+    p.pick("max_batch_size", *((c[0], c[2]) for c in cands), option="max_num_seqs")
+    if "max_num_tokens" not in p.ov and "max_batch_size" not in p.ov and cands:
+        p.out["envelope_sources"] = tuple(cands)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -718,6 +734,7 @@ class ImportSummary:
     coverage: dict[str, float]
     admission_ratio: float
     admission_dropped: bool
+    identity_notes: tuple[str, ...] = ()  # where the envelope and the KV pool came from, and what was checked
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -743,6 +760,7 @@ class ImportSummary:
         ]
         out += [(f"coverage: {k} iterations in support", pct(v)) for k, v in self.coverage.items()]
         out.append(("admission steps vs neighbours", f"x{self.admission_ratio:.3f}" + (" (dropped as mis-split)" if self.admission_dropped else "")))
+        out += [("identity", n) for n in self.identity_notes]
         return out
 
 
@@ -845,10 +863,16 @@ def import_fpm_log(
     *,
     binning: BinningConfig = BinningConfig(),
     provenance: str | None = None,
+    widen_kv_pool: bool = False,
 ) -> FpmImport:
-    """Classify, bin and package one FPM log as a one-deployment profile (nothing is written)."""
+    """Classify, bin and package one FPM log as a one-deployment profile (nothing is written). The identity's
+    scheduler envelope and KV pool are first checked against the log's own passes
+    (:func:`jaxsim.importers.log_reconcile.reconcile_with_log`)."""
+    from jaxsim.importers.log_reconcile import check_physical, reconcile_with_log
+
     if not isinstance(log, FpmLog):
         log = read_fpm_log(log)
+    identity = reconcile_with_log(log, identity, widen_kv_pool=widen_kv_pool)
     classes = classify_rows(log, binning)
     binned = bin_rows(log, classes, binning)
     if binned.decode_batch.size == 0:
@@ -866,10 +890,12 @@ def import_fpm_log(
     dep = build_deployment(
         identity,
         resources_provenance=f"scheduler envelope max_num_batched_tokens={identity.max_num_tokens}, "
-        f"max_num_seqs={identity.max_batch_size} and KV geometry of the run that wrote {src}",
+        f"max_num_seqs={identity.max_batch_size}" + (f" (from the {identity.envelope_sources[0][0]})" if identity.envelope_sources else "")
+        + f" and KV geometry of the run that wrote {src}",
         memory_provenance=f"observed KV pool: {identity.kv_cache_tokens} tokens x {identity.kv_bytes_per_token} B/token "
         f"(rank-local), gpu_memory_utilization={identity.gpu_memory_utilization:g}, max_model_len={identity.max_model_len}",
     )
+    check_physical(dep, log.source)
     profile = ModelProfile(
         schema_version=1, model=identity.model, model_revision=identity.model_revision,
         architecture=identity.architecture, context_length=identity.context_length, num_experts=identity.num_experts,
@@ -886,6 +912,7 @@ def import_fpm_log(
         decode_batch_range=_range(binned.decode_batch), decode_kv_range=_range(binned.decode_kv),
         prefill_token_range=_range(binned.prefill_tokens), coverage=_coverage(binned, log, classes.kind),
         admission_ratio=classes.admission_ratio, admission_dropped=classes.admission_dropped,
+        identity_notes=tuple(n for n in identity.notes if n.startswith(("scheduler envelope", "KV pool"))),
     )
     return FpmImport(profile=profile, columns=cols, summary=summary, log=log, classes=classes, binned=binned)
 
@@ -928,8 +955,9 @@ def write_profile_dir(
     extra_sidecar: Mapping[str, Any] | None = None,
     extra_files: Mapping[str, bytes] | None = None,
 ) -> Path:
-    """Write ``profile.json`` + the table pair (flat layout) and ``extra_files`` (name -> bytes) into
-    ``output``, atomically; an existing dir is refused unless ``force``, and replaced only if jaxsim wrote it."""
+    """Write ``profile.json`` + the table pair (flat layout) and ``extra_files`` (name -> bytes, e.g.
+    ``memory.json``) into ``output``, atomically; an existing dir is refused unless ``force``, and replaced only if
+    jaxsim wrote it."""
     out = Path(output)
     if out.exists() and not force:
         raise JaxsimError(f"{out}: exists; pass --force to overwrite")

@@ -43,22 +43,28 @@ from pathlib import Path
 import numpy as np
 
 import jaxsim
+from jaxsim import limits
 from jaxsim.errors import JaxsimError
 from jaxsim.importers.fpm_log import (
     BinnedRows,
-    LogIdentity,
-    build_deployment,
     merge_columns,
     table_columns,
     write_profile_dir,
 )
+from jaxsim.importers.kv_geometry import KvGeometry, kv_geometry, layer_kinds
 from jaxsim.profile.model import (
     FMHA_QUANT_MODES,
     GEMM_QUANT_MODES,
     KV_CACHE_DTYPES,
+    MOE_QUANT_MODES,
+    Deployment,
     ExecutionProfile,
     ModelProfile,
+    Resources,
+    RuntimeMemory,
 )
+from jaxsim.profile.memory_breakdown import MEMORY_NAME, memory_breakdown_doc
+from jaxsim.rules.memory_fit import memory_fit_problems, request_fit_problems
 from jaxsim.profile.table import AR_POLICY, SD_POLICY
 
 INSTALL_HINT = "aiconfigurator-core is not installed: pip install -e '.[opmodel]' (or pip install aiconfigurator-core==0.12.0)"
@@ -206,8 +212,29 @@ def prefill_prefix_grid(cap: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class ParallelLayout:
+    """One parallel layout to price: attention TP (and attention DP) x MoE TP x MoE EP.
+
+    ``moe_tp`` None: the MoE width ``tp x dp`` divided by ``moe_ep`` (``tp4`` = TP4 with moe_tp 4;
+    ``tp4:ep4`` = TEP4, moe_tp 1 x moe_ep 4). Dense models: moe_tp 1 and moe_ep 1 whatever is given.
+    """
+
+    tp: int
+    moe_ep: int = 1
+    moe_tp: int | None = None
+    dp: int = 1
+
+    def describe(self) -> str:
+        out = f"tp{self.tp}" + (f":dp{self.dp}" if self.dp != 1 else "") + (f":ep{self.moe_ep}" if self.moe_ep != 1 else "")
+        return out + (f":moetp{self.moe_tp}" if self.moe_tp is not None and self.moe_tp != self.tp * self.dp // self.moe_ep else "")
+
+
+@dataclass(frozen=True)
 class OpModelRequest:
-    """Everything one import needs (CLI options, validated by :func:`resolve_request`)."""
+    """Everything one import needs (CLI options, validated by :func:`resolve_request`).
+
+    The layouts priced are one pure-TP layout per ``tp`` then ``layouts`` (``--layout``), in that order.
+    """
 
     model: str
     system: str
@@ -222,6 +249,25 @@ class OpModelRequest:
     max_model_len: int | None = None
     num_draft_tokens: int = 0
     draft_config: Path | None = None
+    moe_quant_mode: str | None = None
+    layouts: tuple[ParallelLayout, ...] = ()
+
+    @property
+    def all_layouts(self) -> tuple[ParallelLayout, ...]:
+        return tuple(dict.fromkeys(tuple(ParallelLayout(t) for t in self.tp) + tuple(self.layouts)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A validated layout: the deployment's parallel identity (moe_tp/moe_ep as the profile records them)."""
+
+    tp: int
+    moe_tp: int
+    moe_ep: int
+    dp: int = 1
+
+    def describe(self) -> str:
+        return f"tp={self.tp}" + (f" dp={self.dp}" if self.dp != 1 else "") + f" moe_tp={self.moe_tp} moe_ep={self.moe_ep}"
 
 
 @dataclass(frozen=True)
@@ -238,6 +284,8 @@ class ResolvedRequest:
     draft_dir: Path | None = None
     draft_name: str | None = None
     draft_sha1: str | None = None
+    layouts: tuple[Layout, ...] = ()
+    checkpoint_modes: dict = field(default_factory=dict)
 
 
 def resolve_request(req: OpModelRequest) -> ResolvedRequest:
@@ -247,35 +295,115 @@ def resolve_request(req: OpModelRequest) -> ResolvedRequest:
     version = _resolve_version(req.system, req.backend_version)
     text = _text_config(cfg)
     arch = (cfg.get("architectures") or ["unknown"])[0]
-    heads = int(text.get("num_attention_heads") or 0)
-    kv_heads = int(text.get("num_key_value_heads") or heads or 0)
-    if not req.tp:
-        raise OpModelError("--tp: give at least one tensor-parallel size")
-    for tp in req.tp:
-        if tp < 1:
-            raise OpModelError(f"--tp: {tp} is not a positive tensor-parallel size")
-        if heads and heads % tp:
-            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {heads} attention heads")
-        if kv_heads and kv_heads % tp and tp % kv_heads:
-            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {kv_heads} KV heads (nor is a multiple of them)")
-    if req.gemm_quant_mode is not None and req.gemm_quant_mode not in GEMM_QUANT_MODES:
-        raise OpModelError(f"--gemm-quant-mode {req.gemm_quant_mode!r}: expected one of {', '.join(GEMM_QUANT_MODES)}")
-    if req.kv_cache_dtype is not None and req.kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise OpModelError(f"--kv-cache-dtype {req.kv_cache_dtype!r}: expected one of {', '.join(KV_CACHE_DTYPES)}")
-    if not 0.0 < req.gpu_memory_utilization <= 1.0:
-        raise OpModelError(f"--gpu-memory-utilization must be in (0, 1] (got {req.gpu_memory_utilization})")
-    for name, v in (("--max-num-seqs", req.max_num_seqs), ("--max-num-batched-tokens", req.max_num_batched_tokens),
-                    ("--max-prefill-batch", req.max_prefill_batch)):
-        if v < 1:
-            raise OpModelError(f"{name} must be >= 1 (got {v})")
+    n_exp = int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts") or 0)
+    layouts = _resolve_layouts(req, text, n_exp)
+    _check_options(req)
     ctx = int(text.get("max_position_embeddings") or cfg.get("max_position_embeddings") or 0)
     if ctx < 1:
         raise OpModelError(f"{path.name}: no max_position_embeddings; pass --max-model-len")
     mml = int(req.max_model_len or ctx)
     if not 2 <= mml <= ctx:
         raise OpModelError(f"--max-model-len must be in [2, {ctx}] ({req.model}'s max_position_embeddings; got {mml})")
-    n_exp = int(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts") or 0)
-    draft_dir = draft_name = draft_sha1 = None
+    modes = checkpoint_modes(req.model)
+    _check_quant(req, modes, n_exp)
+    draft_dir, draft_name, draft_sha1 = _resolve_draft(req, cfg)
+    return ResolvedRequest(
+        req, version, cfg, path, hashlib.sha256(path.read_bytes()).hexdigest(), arch, ctx, mml, n_exp,
+        draft_dir, draft_name, draft_sha1, layouts, modes,
+    )
+
+
+def _resolve_layouts(req: OpModelRequest, text: dict, n_exp: int) -> tuple[Layout, ...]:
+    """Each requested layout checked and resolved (moe_tp/moe_ep as the deployment records them)."""
+    heads = int(text.get("num_attention_heads") or 0)
+    kv_heads = int(text.get("num_key_value_heads") or heads or 0)
+    if not req.all_layouts:
+        raise OpModelError("--tp: give at least one tensor-parallel size (or --layout)")
+    out: list[Layout] = []
+    for lay in req.all_layouts:
+        tp, where = lay.tp, f"--layout {lay.describe()}" if lay not in [ParallelLayout(t) for t in req.tp] else f"--tp {lay.tp}"
+        if tp < 1 or lay.dp < 1 or lay.moe_ep < 1 or (lay.moe_tp is not None and lay.moe_tp < 1):
+            raise OpModelError(f"{where}: parallel sizes must be positive")
+        if heads and heads % tp:
+            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {heads} attention heads")
+        if kv_heads and kv_heads % tp and tp % kv_heads:
+            raise OpModelError(f"--tp {tp} does not divide {req.model}'s {kv_heads} KV heads (nor is a multiple of them)")
+        if lay.dp != 1:
+            raise OpModelError(f"{where}: attention data parallelism (dp={lay.dp}) is not imported: jaxsim's sweep and replay "
+                               "run one engine per worker; import TP (tpN) or TEP (tpN:epN) layouts")
+        width = tp * lay.dp
+        if not n_exp:
+            if lay.moe_ep != 1 or lay.moe_tp not in (None, 1, tp):
+                raise OpModelError(f"{where}: {req.model} is dense (no experts): moe_ep/moe_tp apply to MoE models only")
+            out.append(Layout(tp, 1, 1))
+            continue
+        if width % lay.moe_ep:
+            raise OpModelError(f"{where}: moe_ep {lay.moe_ep} does not divide the MoE width tp x dp = {width}")
+        moe_tp = width // lay.moe_ep if lay.moe_tp is None else lay.moe_tp
+        if moe_tp * lay.moe_ep != width:
+            raise OpModelError(f"{where}: moe_tp {moe_tp} x moe_ep {lay.moe_ep} = {moe_tp * lay.moe_ep} must equal tp x dp = "
+                               f"{width} (the op model's parallelism rule)")
+        if n_exp % lay.moe_ep:
+            raise OpModelError(f"{where}: moe_ep {lay.moe_ep} does not divide {req.model}'s {n_exp} experts")
+        if not (moe_tp == tp and lay.moe_ep == 1) and not (moe_tp == 1 and lay.moe_ep == tp):
+            raise OpModelError(f"{where} (tp={tp} moe_tp={moe_tp} moe_ep={lay.moe_ep}): FPM profiles record MoE layouts TP "
+                               "(moe_tp = tp) or TEP (moe_tp 1, moe_ep = tp) only")
+        out.append(Layout(tp, moe_tp, lay.moe_ep))
+    return tuple(dict.fromkeys(out))
+
+
+def _check_options(req: OpModelRequest) -> None:
+    """Precision names, the memory fraction and the scheduler envelope (bounded: docs/limits.md)."""
+    for opt, v, names in (("--gemm-quant-mode", req.gemm_quant_mode, GEMM_QUANT_MODES),
+                          ("--moe-quant-mode", req.moe_quant_mode, MOE_QUANT_MODES),
+                          ("--kv-cache-dtype", req.kv_cache_dtype, KV_CACHE_DTYPES)):
+        if v is not None and v not in names:
+            raise OpModelError(f"{opt} {v!r}: expected one of {', '.join(names)}")
+    if not 0.0 < req.gpu_memory_utilization <= 1.0:
+        raise OpModelError(f"--gpu-memory-utilization must be in (0, 1] (got {req.gpu_memory_utilization})")
+    for name, v, kind in (("--max-num-seqs", req.max_num_seqs, "op_model_seqs"),
+                          ("--max-num-batched-tokens", req.max_num_batched_tokens, "tokens"),
+                          ("--max-prefill-batch", req.max_prefill_batch, "op_model_prefill_batch")):
+        msg = limits.problem(kind, v)
+        if msg is not None:
+            raise OpModelError(f"{name} {msg} (docs/limits.md: {limits.LIMITS[kind].what})")
+
+
+def checkpoint_modes(model: str) -> dict[str, str]:
+    """The checkpoint's own precisions as the op model reads them from its config (no mode forced):
+    gemm_quant_mode, moe_quant_mode, kv_cache_dtype."""
+    _aic()
+    from aiconfigurator_core.sdk.config_builders import build_model_config
+    from aiconfigurator_core.sdk.models import get_model
+
+    try:
+        m = get_model(model, build_model_config(1, 1, 1, 1, 1), BACKEND)
+    except Exception as e:  # noqa: BLE001 - the op model's own refusal, one line
+        raise OpModelError(f"{model}: the op model cannot read its checkpoint ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+    mc = m.config
+    moe = getattr(mc, "moe_quant_mode", None)
+    return {"gemm_quant_mode": mc.gemm_quant_mode.name, "moe_quant_mode": moe.name if moe is not None else "bfloat16",
+            "kv_cache_dtype": mc.kvcache_quant_mode.name}
+
+
+def _check_quant(req: OpModelRequest, modes: dict[str, str], n_exp: int) -> None:
+    """A forced precision must be one the checkpoint can be served in: its own, or, for weights the checkpoint
+    keeps in bfloat16, any mode (a quantised version of the same weights, priced by the op model)."""
+    if req.moe_quant_mode is not None and not n_exp:
+        raise OpModelError(f"--moe-quant-mode {req.moe_quant_mode}: {req.model} is dense (no experts)")
+    for opt, key, want in (("--gemm-quant-mode", "gemm_quant_mode", req.gemm_quant_mode),
+                           ("--moe-quant-mode", "moe_quant_mode", req.moe_quant_mode)):
+        own = modes[key]
+        if want is None or want == own or own == "bfloat16":
+            continue
+        stem = req.model.split("/")[-1].lower()
+        siblings = [m for m in known_models() if m != req.model and stem in m.lower()][:3]
+        hint = f"; quantised checkpoints the op model ships: {', '.join(siblings)}" if siblings else ""
+        raise OpModelError(f"{opt} {want}: {req.model}'s checkpoint is quantised {own} ({key.replace('_quant_mode', '')} "
+                           f"weights); it has no {want} weights (use its own mode, the default{hint})")
+
+
+def _resolve_draft(req: OpModelRequest, cfg: dict) -> tuple[Path | None, str | None, str | None]:
     if req.num_draft_tokens:
         if not 1 <= req.num_draft_tokens <= 5:
             raise OpModelError(f"--nextn must be in 1..5 (got {req.num_draft_tokens})")
@@ -286,13 +414,10 @@ def resolve_request(req: OpModelRequest) -> ResolvedRequest:
                 "draft model's config.json with --draft-config"
             )
         if req.draft_config is not None:
-            draft_dir, draft_name, draft_sha1 = _draft(req.draft_config)
+            return _draft(req.draft_config)
     elif req.draft_config is not None:
         raise OpModelError("--draft-config needs --nextn K (draft tokens per round, 1..5)")
-    return ResolvedRequest(
-        req, version, cfg, path, hashlib.sha256(path.read_bytes()).hexdigest(), arch, ctx, mml, n_exp,
-        draft_dir, draft_name, draft_sha1,
-    )
+    return None, None, None
 
 
 def mtp_layers(cfg: dict) -> int:
@@ -321,10 +446,10 @@ def _draft(path: Path) -> tuple[Path, str, str]:
 
 
 class Engine:
-    """One compiled op-model engine (model, system, version, TP, precisions)."""
+    """One compiled op-model engine (model, system, version, parallel layout, precisions)."""
 
     def __init__(self, model_path: str, system: str, version: str, tp: int, *, gemm: str | None, kv: str | None,
-                 fmha: str | None, nextn: int = 0):
+                 fmha: str | None, nextn: int = 0, moe_tp: int | None = None, moe_ep: int = 1, moe: str | None = None):
         engine, _, perf_database = _aic()
         from aiconfigurator_core.sdk.config_builders import (
             apply_nextn,
@@ -332,13 +457,15 @@ class Engine:
         )
         from aiconfigurator_core.sdk.models import get_model
 
-        cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=tp, moe_ep_size=1,
-                                 gemm_quant_mode=gemm, kvcache_quant_mode=kv, fmha_quant_mode=fmha)
+        moe_tp = tp if moe_tp is None else moe_tp
+        cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=moe_tp, moe_ep_size=moe_ep,
+                                 gemm_quant_mode=gemm, kvcache_quant_mode=kv, fmha_quant_mode=fmha, moe_quant_mode=moe)
         apply_nextn(cfg, nextn)
         try:
             self.model = get_model(model_path, cfg, BACKEND)
         except AssertionError as e:
-            raise OpModelError(f"{model_path} at tp={tp}: the op model refuses it: {e}") from None
+            raise OpModelError(f"{model_path} at tp={tp} moe_tp={moe_tp} moe_ep={moe_ep}: the op model refuses it: "
+                               f"{' '.join(str(e).split())}") from None
         database = engine._maybe_load_database(system, BACKEND, version, None)
         if database is None:
             raise OpModelError(f"{system}/vllm/{version}: the op model's database did not load")
@@ -371,67 +498,132 @@ class Engine:
 
 @dataclass(frozen=True, eq=False)
 class CellResult:
-    tp: int
+    """One priced layout: its table rows, KV geometry and modelled memory (rank-local)."""
+
+    layout: Layout
     rows: BinnedRows
     latency_decode: np.ndarray
-    kv_bytes_per_token: int
-    pool_tokens: int
-    memory: dict
+    geometry: KvGeometry
+    resources: Resources
+    memory: dict  # the op model's non-KV breakdown: weights, activations, runtime and comm overhead (bytes)
+    gpu_memory_bytes: int
     engine_modes: dict
     seconds: float
     queries: int
 
+    @property
+    def tp(self) -> int:
+        return self.layout.tp
 
-def _memory(r: ResolvedRequest, tp: int, eng: Engine) -> tuple[int, int, dict]:
+    @property
+    def pool_bytes(self) -> int:
+        return self.resources.runtime_memory.kv_cache_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes per token of the full-attention layers (a linear cache's kv_bytes_per_token)."""
+        return self.geometry.full_bytes_per_token
+
+    @property
+    def pool_tokens(self) -> int:
+        """Full-attention tokens the pool holds when nothing else is in it (a linear cache's token count)."""
+        return self.pool_bytes // max(self.geometry.full_bytes_per_token, 1)
+
+
+def _memory(r: ResolvedRequest, lay: Layout, eng: Engine) -> tuple[int, dict, int]:
+    """(KV pool bytes, non-KV breakdown, GPU memory bytes) from the op model's memory estimate."""
     _, memory, _ = _aic()
     req = r.req
     try:
         est = memory.estimate_kv_cache(
             req.model, req.system, BACKEND, r.backend_version, max_num_tokens=req.max_num_batched_tokens,
             max_batch_size=req.max_num_seqs, memory_fraction_kind="of_total",
-            memory_fraction_value=req.gpu_memory_utilization, tp_size=tp, moe_tp_size=tp, moe_ep_size=1,
-            gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha, nextn=eng.nextn,
+            memory_fraction_value=req.gpu_memory_utilization, tp_size=lay.tp, moe_tp_size=lay.moe_tp, moe_ep_size=lay.moe_ep,
+            gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha,
+            moe_quant_mode=eng.moe if r.num_experts else None, nextn=eng.nextn,
         )
     except ValueError as e:
-        raise OpModelError(f"{req.model} tp={tp} on {req.system}: no KV pool: {str(e).splitlines()[0]}") from None
-    bpt = int(est["kv_size_per_token_bytes"])
-    tokens = int(est["total_kv_size_tokens"])
-    if tokens < 1 or bpt < 1:
-        raise OpModelError(f"{req.model} tp={tp} on {req.system}: weights leave no KV pool at "
+        raise OpModelError(f"{req.model} {lay.describe()} on {req.system}: no KV pool: {str(e).splitlines()[0]}") from None
+    pool = int(est["total_kv_size_bytes"])
+    if pool < 1:
+        raise OpModelError(f"{req.model} {lay.describe()} on {req.system}: weights leave no KV pool at "
                            f"gpu_memory_utilization {req.gpu_memory_utilization:g}")
-    return bpt, tokens, dict(est.get("memory_breakdown") or {})
+    return pool, {k: int(v) for k, v in (est.get("memory_breakdown") or {}).items()}, int(est["total_gpu_capacity_bytes"])
 
 
-def price_cell(r: ResolvedRequest, tp: int) -> CellResult:
-    """Price every table row of one (model, system, TP) cell with the op model; OpModelError (one line) when
-    the op model cannot price this configuration (missing silicon data, unsupported precision, ...)."""
+def price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
+    """Price every table row of one (model, system, layout) cell with the op model; OpModelError (one line) when
+    the op model cannot price this configuration (missing silicon data, unsupported precision, ...) or its
+    modelled memory is physically impossible."""
     try:
-        return _price_cell(r, tp)
-    except OpModelError:
+        return _price_cell(r, lay)
+    except (OpModelError, JaxsimError):
         raise
     except Exception as e:  # the op model's own errors (PerfDataNotAvailableError, ValueError, RuntimeError, ...)
         msg = " ".join(str(e).split())
         msg = msg if len(msg) <= 300 else msg[:297] + "..."
         req = r.req
         raise OpModelError(
-            f"{req.model} tp={tp} on {req.system}/vllm/{r.backend_version}: the op model cannot price this configuration "
-            f"({type(e).__name__}: {msg})"
+            f"{req.model} {lay.describe()} on {req.system}/vllm/{r.backend_version}: the op model cannot price this "
+            f"configuration ({type(e).__name__}: {msg})"
         ) from None
 
 
-def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
+def _resources(r: ResolvedRequest, geo: KvGeometry, pool_bytes: int, mem: dict) -> Resources:
+    """The deployment's modelled resources: the scheduler envelope, the KV layout by attention kind and the pool."""
+    req = r.req
+    breakdown = ", ".join(f"{k} {v}" for k, v in mem.items())
+    memory = RuntimeMemory(
+        kv_cache_bytes=pool_bytes, gpu_memory_utilization=req.gpu_memory_utilization, max_model_len=r.max_model_len,
+        provenance=f"MODELLED KV pool (not observed): aiconfigurator-core {aic_version()} memory estimate at "
+        f"gpu_memory_utilization {req.gpu_memory_utilization:g} of {req.system}: {pool_bytes} B (rank-local); {breakdown}",
+    )
+    prov = (f"MODELLED: scheduler envelope max_num_batched_tokens={req.max_num_batched_tokens}, max_num_seqs={req.max_num_seqs} "
+            f"as requested; KV geometry from aiconfigurator-core {aic_version()}'s model: {geo.describe()}")
+    if geo.linear:
+        return Resources("linear", req.max_num_batched_tokens, req.max_num_seqs, prov, memory, geo.full_bytes_per_token)
+    return Resources("grouped", req.max_num_batched_tokens, req.max_num_seqs, prov, memory,
+                     cache_groups=geo.cache_groups(r.max_model_len))
+
+
+def _price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     t0 = time.perf_counter()
     req = r.req
     mtp = bool(req.num_draft_tokens) and r.draft_dir is None
-    eng = Engine(req.model, req.system, r.backend_version, tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
-                 nextn=req.num_draft_tokens if mtp else 0)
-    bpt, pool, mem = _memory(r, tp, eng)
-    if pool < r.max_model_len:
-        raise OpModelError(
-            f"{req.model} tp={tp} on {req.system}: the modelled KV pool ({pool} tokens at gpu_memory_utilization "
-            f"{req.gpu_memory_utilization:g}) cannot hold one max_model_len={r.max_model_len} request (vLLM would not "
-            "start); lower --max-model-len or raise --tp / --gpu-memory-utilization"
-        )
+    eng = Engine(req.model, req.system, r.backend_version, lay.tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
+                 nextn=req.num_draft_tokens if mtp else 0, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, moe=req.moe_quant_mode)
+    where = f"{req.model} {lay.describe()} on {req.system}"
+    geo = kv_geometry(eng.model.get_kvcache_bytes_per_sequence, what=where, layers=layer_kinds(r.config))
+    if geo.full_bytes_per_token < 1:
+        raise OpModelError(f"{where}: no full-attention layers (KV {geo.describe()}): nothing to count scheduler blocks in")
+    if req.num_draft_tokens and not geo.linear:
+        raise OpModelError(f"{where}: speculative rounds need a linear KV cache (the reference's rule); this model's is "
+                           f"grouped ({geo.describe()})")
+    pool, mem, gpu_bytes = _memory(r, lay, eng)
+    res = _resources(r, geo, pool, mem)
+    problems = memory_fit_problems(res, gpu_bytes, non_kv_bytes=mem) + request_fit_problems(res, r.max_model_len)
+    if problems:
+        raise OpModelError(f"{where}: {problems[0]}; lower --max-model-len or raise --tp / --gpu-memory-utilization")
+    rows, n = _price_rows(r, eng, geo, pool)
+    lat_dec = rows.decode_latency_ms  # MTP: the op model's native round (verify of K+1 tokens + K MTP-layer steps)
+    if req.num_draft_tokens and not mtp:
+        lat_dec, n_extra = _speculative_rounds(r, lay, eng, rows)
+        n += n_extra
+    modes = {"gemm_quant_mode": eng.gemm, "kv_cache_dtype": eng.kv, "fmha_quant_mode": eng.fmha,
+             "moe_quant_mode": eng.moe, "comm_quant_mode": eng.comm}
+    return CellResult(lay, rows, lat_dec, geo, res, mem, gpu_bytes, modes, time.perf_counter() - t0, n)
+
+
+def pool_tokens_at(geo: KvGeometry, pool_bytes: int, batch: int) -> int:
+    """Total full-attention tokens ``batch`` sequences can hold together in the pool, each past its window
+    (its fixed window and state bytes taken out first): a decode curve's upper bound."""
+    return max((pool_bytes - batch * geo.fixed_bytes()) // max(geo.full_bytes_per_token, 1), 0)
+
+
+def _price_rows(r: ResolvedRequest, eng: Engine, geo: KvGeometry, pool_bytes: int) -> tuple[BinnedRows, int]:
+    """Decode curves for every batch the pool holds (each over the shared total-KV grid up to its own bound) and
+    prefill rows over the new-token x cached-prefix grid (module docstring)."""
+    req = r.req
     cache: dict[tuple, float] = {}
 
     def decode(b: int, s: int) -> float:
@@ -439,21 +631,21 @@ def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
             cache[(b, s)] = eng.decode_ms(b, s)
         return cache[(b, s)]
 
-    n = 0
-    db, dk, dl = [], [], []
     cap = r.max_model_len - 1
-    grid = decode_kv_grid(min(req.max_num_seqs * cap, pool))
+    batches = [b for b in range(1, req.max_num_seqs + 1) if pool_tokens_at(geo, pool_bytes, b) >= b]
+    bound = {b: min(b * cap, pool_tokens_at(geo, pool_bytes, b)) for b in batches}
+    top = max(bound.values(), default=1)
     # every curve ends on its own bound: b requests at the full context (b x (max_model_len - 1)) or the pool
-    ends = [b * cap for b in range(1, min(req.max_num_seqs, pool) + 1) if b * cap < pool]
-    grid = np.union1d(grid, np.asarray(ends + [min(req.max_num_seqs * cap, pool)], np.int64))
-    for b in range(1, min(req.max_num_seqs, pool) + 1):
-        for k in decode_curve_kv(grid, b, cap, pool).tolist():
+    grid = np.union1d(decode_kv_grid(top), np.asarray(sorted(set(bound.values())) or [1], np.int64))
+    db, dk, dl = [], [], []
+    for b in batches:
+        for k in decode_curve_kv(grid, b, cap, bound[b]).tolist():
             db.append(b)
             dk.append(k)
             dl.append(at_mean_context(decode, b, k))
-    n += len(cache)
+    n = len(cache)
     pb, pt, pk, pl = [], [], [], []
-    for b in range(1, min(req.max_prefill_batch, req.max_num_batched_tokens, req.max_num_seqs) + 1):
+    for b in range(1, min(req.max_prefill_batch, req.max_num_batched_tokens, len(batches)) + 1):
         # the last per-request point is ceil(budget / b): b x t covers a whole budget split over b requests
         # (a real pass of b chunks summing to max_num_batched_tokens), at most b - 1 tokens beyond it
         t_cap = min(-(-req.max_num_batched_tokens // b), r.max_model_len - 1)
@@ -468,13 +660,7 @@ def _price_cell(r: ResolvedRequest, tp: int) -> CellResult:
     f64 = lambda v: np.asarray(v, np.float64)  # noqa: E731
     rows = BinnedRows(i64(db), i64(dk), f64(dl), np.ones(len(db), np.int64), i64(pb), i64(pt), i64(pk), f64(pl),
                       np.ones(len(pb), np.int64))
-    lat_dec = rows.decode_latency_ms  # MTP: the op model's native round (verify of K+1 tokens + K MTP-layer steps)
-    if req.num_draft_tokens and not mtp:
-        lat_dec, n_extra = _speculative_rounds(r, tp, eng, rows)
-        n += n_extra
-    modes = {"gemm_quant_mode": eng.gemm, "kv_cache_dtype": eng.kv, "fmha_quant_mode": eng.fmha,
-             "moe_quant_mode": eng.moe, "comm_quant_mode": eng.comm}
-    return CellResult(tp, rows, lat_dec, bpt, pool, mem, modes, time.perf_counter() - t0, n)
+    return rows, n
 
 
 def at_mean_context(fn, batch: int, total_kv: int) -> float:
@@ -492,11 +678,11 @@ def round_latency_ms(verify_ms: float, draft_step_ms: float, num_draft_tokens: i
     return verify_ms + num_draft_tokens * draft_step_ms
 
 
-def _speculative_rounds(r: ResolvedRequest, tp: int, eng: Engine, rows: BinnedRows) -> tuple[np.ndarray, int]:
+def _speculative_rounds(r: ResolvedRequest, lay: Layout, eng: Engine, rows: BinnedRows) -> tuple[np.ndarray, int]:
     """Round latency at every decode row (batch b, total past KV k): verify + K draft steps (module docstring)."""
     k = r.req.num_draft_tokens
-    draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, tp, gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None,
-                   kv=eng.kv, fmha=eng.fmha)
+    draft = Engine(str(r.draft_dir), r.req.system, r.backend_version, lay.tp,
+                   gemm=eng.gemm if eng.gemm in ("bfloat16", "fp8") else None, kv=eng.kv, fmha=eng.fmha)
     cache: dict[tuple, float] = {}
 
     def one_round(b: int, s: int) -> float:
@@ -519,6 +705,7 @@ class OpModelImport:
     cells: tuple[CellResult, ...]
     speculative: bool
     summary: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)  # memory.json: non-KV bytes per deployment
 
 
 def model_revision_placeholder(r: ResolvedRequest) -> str:
@@ -526,51 +713,40 @@ def model_revision_placeholder(r: ResolvedRequest) -> str:
     return r.config_sha256[:40]
 
 
-def import_op_model(req: OpModelRequest) -> OpModelImport:
-    """Price every TP of ``req`` and package one profile (nothing written)."""
-    r = resolve_request(req)
-    rev = model_revision_placeholder(r)
-    deps, parts, cells = [], [], []
-    for tp in req.tp:
-        c = price_cell(r, tp)
-        cells.append(c)
-        m = c.engine_modes
-        ident = LogIdentity(
-            model=req.model, model_revision=rev, architecture=r.architecture, system=req.system,
-            backend_version=r.backend_version, tp=tp, context_length=r.context_length, num_experts=r.num_experts,
-            gemm_quant_mode=m["gemm_quant_mode"], moe_quant_mode=m["moe_quant_mode"] if r.num_experts else "bfloat16",
-            fmha_quant_mode=m["fmha_quant_mode"] if m["fmha_quant_mode"] in FMHA_QUANT_MODES else "bfloat16",
-            comm_quant_mode=m["comm_quant_mode"], kv_cache_dtype=m["kv_cache_dtype"], kv_bytes_per_token=c.kv_bytes_per_token,
-            kv_cache_tokens=c.pool_tokens, gpu_memory_utilization=req.gpu_memory_utilization, max_model_len=r.max_model_len,
-            max_num_tokens=req.max_num_batched_tokens, max_batch_size=req.max_num_seqs,
-        )
-        mem = ", ".join(f"{k} {v}" for k, v in c.memory.items())
-        dep = build_deployment(
-            ident,
-            resources_provenance=f"MODELLED: scheduler envelope max_num_batched_tokens={req.max_num_batched_tokens}, "
-            f"max_num_seqs={req.max_num_seqs} as requested; KV geometry from aiconfigurator-core {aic_version()}'s memory model",
-            memory_provenance=f"MODELLED KV pool (not observed): aiconfigurator-core {aic_version()} memory estimate at "
-            f"gpu_memory_utilization {req.gpu_memory_utilization:g} of {req.system}: {c.pool_tokens} tokens x "
-            f"{c.kv_bytes_per_token} B/token (rank-local); {mem}",
-        )
-        if req.num_draft_tokens:
-            from dataclasses import replace
+def _deployment(r: ResolvedRequest, c: CellResult, rev: str) -> Deployment:
+    """One cell's deployment: its layout, the precisions the op model priced, its resources and, for
+    speculative imports, the round identity."""
+    req, m, lay = r.req, c.engine_modes, c.layout
+    ep = None
+    if req.num_draft_tokens and r.draft_dir is None:
+        ep = ExecutionProfile("speculative_round", "mtp", req.num_draft_tokens, f"{req.model} (MTP layers)", rev, "model_step_cuda")
+    elif req.num_draft_tokens:
+        ep = ExecutionProfile("speculative_round", "eagle3", req.num_draft_tokens, r.draft_name, r.draft_sha1, "model_step_cuda")
+    return Deployment(
+        system=req.system, backend=BACKEND, backend_version=r.backend_version, tp=lay.tp, dp=lay.dp, moe_tp=lay.moe_tp,
+        moe_ep=lay.moe_ep, gemm_quant_mode=m["gemm_quant_mode"], moe_quant_mode=m["moe_quant_mode"] if r.num_experts else "bfloat16",
+        fmha_quant_mode=m["fmha_quant_mode"] if m["fmha_quant_mode"] in FMHA_QUANT_MODES else "bfloat16",
+        comm_quant_mode=m["comm_quant_mode"], kv_cache_dtype=m["kv_cache_dtype"], resources=c.resources, execution_profile=ep,
+    )
 
-            if r.draft_dir is None:
-                ep = ExecutionProfile("speculative_round", "mtp", req.num_draft_tokens, f"{req.model} (MTP layers)", rev, "model_step_cuda")
-            else:
-                ep = ExecutionProfile("speculative_round", "eagle3", req.num_draft_tokens, r.draft_name, r.draft_sha1, "model_step_cuda")
-            dep = replace(dep, execution_profile=ep)
-        deps.append(dep)
-        cols = table_columns(dep, model=req.model, model_revision=rev, binned=c.rows,
-                             cell_id=f"opmodel-{req.system}-tp{tp}", latency_decode=c.latency_decode)
-        n = len(cols["latency_ms"])
-        cols["model_support_level"] = [DATA_SOURCE] * n
-        cols["timing_boundary"] = ["aiconfigurator_op_model"] * n
-        cols["aic_database_version"] = [r.backend_version] * n
-        cols["measurement_reduction"] = ["single_sample"] * n
-        cols.pop("source_sample_count")
-        parts.append(cols)
+
+def _table(r: ResolvedRequest, dep: Deployment, c: CellResult, rev: str) -> dict:
+    """One cell's schema-7 rows, labelled as the op model's (modelled, single sample)."""
+    lay = c.layout
+    cell_id = f"opmodel-{r.req.system}-tp{lay.tp}" + (f"-ep{lay.moe_ep}" if lay.moe_ep > 1 else "")
+    cols = table_columns(dep, model=r.req.model, model_revision=rev, binned=c.rows, cell_id=cell_id, latency_decode=c.latency_decode)
+    n = len(cols["latency_ms"])
+    cols["model_support_level"] = [DATA_SOURCE] * n
+    cols["timing_boundary"] = ["aiconfigurator_op_model"] * n
+    cols["aic_database_version"] = [r.backend_version] * n
+    cols["measurement_reduction"] = ["single_sample"] * n
+    cols["parallel_strategy"] = ["pure_tp" if lay.moe_ep == 1 else "tp_attention_ep_moe"] * n
+    cols.pop("source_sample_count")
+    return cols
+
+
+def _provenance(r: ResolvedRequest, rev: str) -> str:
+    req = r.req
     spec = ""
     if req.num_draft_tokens and r.draft_dir is None:
         spec = (
@@ -589,43 +765,89 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
             "are not subtracted from the modelled pool (as for measured rounds, whose pool is used as recorded). Prefill rows are the "
             "target's prefill only."
         )
-    provenance = (
+    return (
         f"MODELLED, NOT MEASURED: every latency is aiconfigurator-core {aic_version()}'s op-level forward-pass model "
         f"(Apache-2.0, NVIDIA; op-level silicon data of {req.system}, vLLM database {r.backend_version}) priced by jaxsim "
         f"{jaxsim.__version__} (jaxsim.importers.op_model). Decode: every batch 1..max_num_seqs over one shared total-KV grid "
         f"(1..{DENSE_TOKENS}, then 1/{DECODE_KV_STEPS_PER_OCTAVE}-octave steps, plus each curve's end) from b to "
-        f"min(b x (max_model_len - 1), pool); "
+        f"min(b x (max_model_len - 1), the pool's full-attention tokens once every sequence holds its window and state); "
         f"row (b, k) = decode_step_latency(b, s, osl=0) at the mean past KV s = k/b (linear between the neighbouring "
         f"integer contexts). Prefill: batches 1..{req.max_prefill_batch}, per-request new tokens 1..{DENSE_TOKENS} then "
         f"1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
         f"and 1/{PREFILL_PREFIX_STEPS_PER_OCTAVE}-octave steps from {MIN_PREFIX_TOKENS} to max_model_len "
-        f"(predict_prefill_latency(b, t + p, p)). Resources from the op model's memory estimate.{spec} "
+        f"(predict_prefill_latency(b, t + p, p)). Parallel layouts: {', '.join(lay.describe() for lay in r.layouts)}. "
+        f"Resources from the op model's memory estimate: the KV pool is its budget in bytes (GPU memory x "
+        f"gpu_memory_utilization minus weights, activations and overheads, recorded per deployment in memory.json); the "
+        f"KV layout by attention kind (full attention per token, sliding-window layers capped at their window, linear-"
+        f"attention/state-space layers as one state per sequence: a grouped cache) from its bytes per sequence.{spec} "
         f"model_revision {rev} is a PLACEHOLDER: the first 40 hex digits of the sha256 of aiconfigurator-core's "
         f"{r.config_path.name} for {req.model} (no Hugging Face revision is recorded)."
     )
+
+
+def _summary(r: ResolvedRequest, cells: Sequence[CellResult]) -> dict:
+    req = r.req
+    out = {"model": req.model, "system": req.system, "backend_version": r.backend_version, "data_source": DATA_SOURCE,
+           "checkpoint_modes": dict(r.checkpoint_modes), "cells": []}
+    for c in cells:
+        res, lay = c.resources, c.layout
+        out["cells"].append({
+            "layout": lay.describe(), "tp": lay.tp, "moe_tp": lay.moe_tp, "moe_ep": lay.moe_ep, "seconds": round(c.seconds, 2),
+            "queries": c.queries, "decode_rows": int(c.rows.decode_batch.size), "decode_curves": int(np.unique(c.rows.decode_batch).size),
+            "prefill_rows": int(c.rows.prefill_batch.size), "cache_layout": res.cache_layout, "kv_pool_bytes": c.pool_bytes,
+            "kv_pool_tokens": c.pool_tokens if c.geometry.linear else None, "kv_bytes_per_token": c.kv_bytes_per_token,
+            "kv_geometry": c.geometry.describe(), "max_sequences_at_max_model_len": c.pool_bytes // c.geometry.sequence_bytes(r.max_model_len),
+            "gpu_memory_bytes": c.gpu_memory_bytes, **c.memory, **c.engine_modes,
+        })
+    return out
+
+
+def import_op_model(req: OpModelRequest) -> OpModelImport:
+    """Price every layout of ``req`` and package one profile (nothing written)."""
+    r = resolve_request(req)
+    rev = model_revision_placeholder(r)
+    cells = [price_cell(r, lay) for lay in r.layouts]
+    deps = [_deployment(r, c, rev) for c in cells]
+    parts = [_table(r, d, c, rev) for d, c in zip(deps, cells)]
     profile = ModelProfile(
         schema_version=1, model=req.model, model_revision=rev, architecture=r.architecture,
-        context_length=r.context_length, num_experts=r.num_experts, provenance=provenance, deployments=tuple(deps),
+        context_length=r.context_length, num_experts=r.num_experts, provenance=_provenance(r, rev), deployments=tuple(deps),
         data_source=DATA_SOURCE,
     )
     profile = ModelProfile.from_dict(profile.to_dict(), source="op-model profile")
-    summary = {
-        "model": req.model, "system": req.system, "backend_version": r.backend_version, "data_source": DATA_SOURCE,
-        "cells": [
-            {"tp": c.tp, "seconds": round(c.seconds, 2), "queries": c.queries, "decode_rows": int(c.rows.decode_batch.size),
-             "decode_curves": int(np.unique(c.rows.decode_batch).size), "prefill_rows": int(c.rows.prefill_batch.size),
-             "kv_pool_tokens": c.pool_tokens, "kv_bytes_per_token": c.kv_bytes_per_token, **c.engine_modes}
-            for c in cells
-        ],
-    }
-    return OpModelImport(profile, merge_columns(parts), tuple(cells), bool(req.num_draft_tokens), summary)
+    memory = memory_breakdown_doc([(d, c.gpu_memory_bytes, c.memory) for d, c in zip(deps, cells)],
+                                  f"{DATA_SOURCE}: aiconfigurator-core {aic_version()} memory estimate (non-KV bytes per rank)")
+    return OpModelImport(profile, merge_columns(parts), tuple(cells), bool(req.num_draft_tokens), _summary(r, cells), memory)
 
 
 def write_op_model(output: str | os.PathLike, result: OpModelImport, *, force: bool = False) -> Path:
+    extra = {MEMORY_NAME: (json.dumps(result.memory, indent=1) + "\n").encode("utf-8")} if result.memory else None
     return write_profile_dir(
         output, result.profile, result.columns, measurement_policy=SD_POLICY if result.speculative else AR_POLICY,
         force=force, extra_sidecar={"provenance": f"{DATA_SOURCE}: aiconfigurator-core {aic_version()} op-level model; see profile.json"},
+        extra_files=extra,
     )
+
+
+def parse_layouts(text: str) -> tuple[ParallelLayout, ...]:
+    """``--layout``: comma-separated layouts, each ``tpN`` with optional ``:epN`` (MoE expert parallel), ``:moetpN``
+    and ``:dpN`` parts, e.g. ``tp8,tp8:ep8,tp4:ep4``."""
+    out = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        parts: dict[str, int] = {}
+        for tok in item.split(":"):
+            key = next((k for k in ("moetp", "tp", "ep", "dp") if tok.startswith(k)), None)
+            if key is None or not tok[len(key):].isdigit() or key in parts:
+                raise OpModelError(f"--layout {item!r}: expected tpN[:epN][:moetpN][:dpN] (e.g. tp4:ep4), got {tok!r}")
+            parts[key] = int(tok[len(key):])
+        if "tp" not in parts:
+            raise OpModelError(f"--layout {item!r}: give the attention tensor-parallel size tpN (e.g. tp4:ep4)")
+        out.append(ParallelLayout(parts["tp"], parts.get("ep", 1), parts.get("moetp"), parts.get("dp", 1)))
+    if not out or len(set(out)) != len(out):
+        raise OpModelError(f"--layout {text!r}: expected distinct comma-separated layouts, e.g. tp8,tp8:ep8")
+    return tuple(out)
 
 
 def parse_tp_list(text: str) -> tuple[int, ...]:
@@ -644,12 +866,15 @@ __all__: Sequence[str] = (
     "OpModelError",
     "OpModelImport",
     "OpModelRequest",
+    "ParallelLayout",
     "at_mean_context",
+    "checkpoint_modes",
     "decode_curve_kv",
     "decode_kv_grid",
     "import_op_model",
     "known_models",
     "known_systems",
+    "parse_layouts",
     "parse_tp_list",
     "prefill_prefix_grid",
     "prefill_token_grid",

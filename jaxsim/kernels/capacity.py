@@ -16,6 +16,8 @@ Integer math is int64 throughout.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -23,7 +25,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
-from jaxsim.rules.capacity import CapacityRequest, KvCacheEstimate, block_size_problem, non_kv_bytes
+from jaxsim.rules.capacity import CapacityRequest, KvCacheEstimate, block_size_problem, group_pages, non_kv_bytes
 from jaxsim.kernels.status import (  # capacity status codes (registered there, 32–47)
     BLOCK_SIZE_INVALID,
     DOES_NOT_FIT,
@@ -100,15 +102,11 @@ def grouped_request_bytes(
 ) -> Int64[Array, ""]:
     """Bytes one request holds in a grouped cache at ``length_tokens`` (pages summed over groups).
 
-    Full-attention group: ⌈L/B⌉ pages; sliding window W: min(⌈L/B⌉, ⌈(W + T − 1)/B⌉ + 1) pages with
-    T = ``step_tokens`` (the scheduler token budget for the peak, 1 for steady occupancy). Padding
-    groups have page_bytes 0. ``window_tokens`` 0 means full attention.
+    Pages per group: :func:`jaxsim.rules.capacity.group_pages` (full attention ⌈L/B⌉; a window W
+    min(⌈L/B⌉, ⌈(W + T − 1)/B⌉ + 1) with T = ``step_tokens``, the scheduler token budget for the peak, 1 for
+    steady occupancy). Padding groups have page_bytes 0. ``window_tokens`` 0 means full attention.
     """
-    b = jnp.maximum(block_tokens, 1)
-    full = blocks_for(length_tokens, b)
-    windowed = jnp.minimum(full, blocks_for(window_tokens + step_tokens - 1, b) + 1)
-    pages = jnp.where(window_tokens > 0, windowed, full)
-    return jnp.sum(pages * page_bytes)
+    return jnp.sum(group_pages(length_tokens, block_tokens, window_tokens, step_tokens, xp=jnp) * page_bytes)
 
 
 def kv_transfer_ms(isl: Int64[Array | np.ndarray, "*N"], kv_bytes_per_token, bytes_per_s) -> Float64[Array | np.ndarray, "*N"]:
@@ -264,3 +262,41 @@ def estimate_kv_cache(res: Resources, profile_context_length: int, req: Capacity
         source=source,
         context_length=int(ctx),
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# a pool as a block-allocating scheduler sees it (sweep, replay)
+
+
+@dataclass(frozen=True)
+class BlockView:
+    """A pool in the scheduler's blocks of ``block_size`` tokens, as the sweep and the replay allocate it.
+
+    Linear caches: the pool's whole blocks (:func:`estimate_kv_cache`), no fixed part. Grouped caches (hybrid
+    models): one block = ``block_size`` tokens of every full-attention group (the part that grows with the
+    context); the sliding-window groups (at their full window) and the per-sequence state groups are a fixed
+    ``state_blocks`` every request holds besides ⌈length / block_size⌉ blocks, rounded up to whole blocks.
+    ``num_gpu_blocks`` is None (with ``problem``) when there is no block count.
+    """
+
+    num_gpu_blocks: int | None
+    state_blocks: int
+    problem: str | None = None
+
+
+def block_view(res: Resources, kv: KvCacheEstimate, block_size: int) -> BlockView:
+    """The :class:`BlockView` of an accepted request's pool (``kv`` from :func:`estimate_kv_cache`)."""
+    if res.cache_layout == "linear":
+        return BlockView(kv.num_gpu_blocks, 0, kv.blocks_problem)
+    bp = block_size_problem(block_size)
+    if bp:
+        return BlockView(None, 0, bp)
+    full = [g for g in res.cache_groups if g.kind == "attention" and g.sliding_window is None]
+    if not full:
+        return BlockView(None, 0, "grouped-cache: no full-attention group to count scheduler blocks in")
+    # bytes per token of the full-attention groups, per scheduler block (exact when pages divide evenly)
+    block_bytes = -(-sum(g.page_size_bytes * block_size for g in full) // min(g.block_size_tokens for g in full))
+    fixed = [g for g in res.cache_groups if g not in full]
+    ctx = kv.context_length
+    fixed_bytes = sum(int(group_pages(ctx, g.block_size_tokens, g.sliding_window or 0, 1)) * g.page_size_bytes for g in fixed)
+    return BlockView(int(kv.usable_kv_bytes) // block_bytes, -(-fixed_bytes // block_bytes))

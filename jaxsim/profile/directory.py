@@ -20,7 +20,7 @@ from jaxsim.profile.model import Deployment, ModelProfile, load_profile
 from jaxsim.profile.table import PARQUET_NAME, SIDECAR_NAME, CellRows, FpmTable, load_table_problems
 
 PROFILE_NAME = "profile.json"
-_NOT_PROFILES = {"binding.json", SIDECAR_NAME}
+_NOT_PROFILES = {"binding.json", SIDECAR_NAME, "memory.json", "calibration.json"}
 
 TableKey = tuple[str, str, "str | None"]
 

@@ -22,7 +22,7 @@ from jaxsim.profile.table import CellRows
 
 __all__ = [
     "STAMP_TTL_S", "cell_rows", "choose_deployment", "clear_caches", "load_bundle", "profile_data_source",
-    "resolve_profile_dir", "select_deployment",
+    "recorded_moe_layout", "resolve_profile_dir", "select_deployment",
 ]
 
 _LOCK = threading.RLock()
@@ -127,6 +127,20 @@ def select_deployment(bundle: ProfileBundle, system: str, backend: str, version:
     pt = parallel
     return _remembered(_SELECTED, (bundle, system, backend, version, pt, role), lambda: bundle.profile.select(
         system, backend, version, tp=pt[0], pp=pt[1], dp=pt[2], moe_tp=pt[3], moe_ep=pt[4], cp=pt[5], worker_type=role))
+
+
+def recorded_moe_layout(bundle: ProfileBundle, system: str, backend: str, version: str | None, parallel: tuple,
+                        role: str) -> tuple[int, int] | None:
+    """The (moe_tp, moe_ep) the profile records for this identity when a role leaves both unset: the one MoE
+    layout among the deployments with this system, version, tp, pp, dp, cp and role (None when there is no
+    such deployment or several layouts; the reference's default 1, 1 then applies)."""
+    tp, pp, dp, _, _, cp = parallel
+    found = {
+        (d.moe_tp, d.moe_ep) for d in bundle.profile.deployments
+        if d.system == system and d.backend == backend and d.backend_version == version and (d.tp, d.pp, d.dp, d.cp) == (tp, pp, dp, cp)
+        and d.worker_type in (None, role)
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def cell_rows(bundle: ProfileBundle, deployment: Deployment, dcp: int | None = None) -> CellRows:

@@ -29,13 +29,14 @@ class WorkerPool:
     num_gpu_blocks: int
     max_model_len: int
     replicas: int = 1
+    state_blocks: int = 0  # fixed blocks every request holds (a grouped cache's window and state groups)
 
     def params(self, nextn: int, accept_rates, max_passes: int, max_concurrency: int = 0) -> EngineParams:
         return make_params(
             self.table, max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
             block_size=self.block_size, num_gpu_blocks=self.num_gpu_blocks, num_draft_tokens=nextn,
             accept_rates=accept_rates, max_model_len=self.max_model_len, max_passes=max_passes,
-            max_concurrency=max_concurrency,
+            max_concurrency=max_concurrency, state_blocks=self.state_blocks,
         )
 
 
@@ -95,7 +96,7 @@ class ReplayConfig:
         inp = np.asarray(input_tokens, np.int64)
         out = np.full(inp.shape, "", dtype=object)
         for role, pool in zip(("",) if self.aggregated is not None else ("prefill ", "decode "), self.pools):
-            blocks = blocks_for(inp, pool.block_size)
+            blocks = blocks_for(inp, pool.block_size) + pool.state_blocks
             too_long = (inp >= pool.max_model_len) & (out == "")
             for i in np.flatnonzero(too_long):
                 out[i] = f"{role}prompt of {int(inp[i]):,} tokens >= max_model_len {pool.max_model_len:,}"
@@ -106,12 +107,13 @@ class ReplayConfig:
 
 
 def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
-    if rb.kv.num_gpu_blocks is None:
-        raise BindingError(f"roles.{rb.name}: no KV block count for replay ({rb.kv.blocks_problem})")
+    if rb.blocks.num_gpu_blocks is None:
+        raise BindingError(f"roles.{rb.name}: no KV block count for replay ({rb.blocks.problem})")
     return WorkerPool(
         table=rb.table, max_num_batched_tokens=int(rb.max_num_batched_tokens), max_num_seqs=int(rb.max_num_seqs),
-        block_size=int(block_size), num_gpu_blocks=int(rb.kv.num_gpu_blocks),
+        block_size=int(block_size), num_gpu_blocks=int(rb.blocks.num_gpu_blocks),
         max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas),
+        state_blocks=int(rb.blocks.state_blocks),
     )
 
 

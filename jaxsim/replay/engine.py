@@ -121,6 +121,7 @@ class EngineParams(eqx.Module):
     accept_rates: Float64[Array, " 5"]
     max_model_len: Int64[Array, ""]
     max_passes: Int64[Array, ""]
+    state_blocks: Int64[Array, ""]  # fixed blocks every request holds besides its tokens' (grouped caches; 0 when linear)
     max_concurrency: Int64[Array, ""]  # closed loop: at most this many requests in flight (0: open loop)
 
 
@@ -480,7 +481,7 @@ def schedule_running(p: EngineParams, s: EngineState, axis_name: str | None) -> 
     tokens = jnp.minimum(wanted, budget_left)
     live = listed & (budget_left > 0)
     target = jnp.where(decode, rows.computed + 1, rows.computed + tokens)
-    new_blocks = jnp.where(live, jnp.maximum(blocks_for(target, p.block_size) - allocated, 0), 0)
+    new_blocks = jnp.where(live, jnp.maximum(blocks_for(target, p.block_size) + p.state_blocks - allocated, 0), 0)
 
     fits_keeping, keep_upto = _preemption_cut(p, s.num_running, allocated, new_blocks, live, axis_name)
     keep_before = jnp.concatenate([s.num_running[None], keep_upto[:-1]])
@@ -548,9 +549,9 @@ def admit(
     wanted = jnp.where(materialized, jnp.minimum(p.num_draft_tokens + 1, p.max_model_len - length), length)
     budget_left = jnp.maximum(p.max_num_batched_tokens - jnp.sum(running.budget_tokens) - _cumsum_excl(wanted), 0)
     tokens = jnp.minimum(wanted, budget_left)
-    blocks = blocks_for(jnp.where(materialized, length, tokens), p.block_size)
+    blocks = blocks_for(jnp.where(materialized, length, tokens), p.block_size) + p.state_blocks
     free_blocks = p.num_gpu_blocks - jnp.sum(jnp.where(slot < running.num_kept, running.allocated_blocks, 0))
-    fits = blocks_for(length, p.block_size) <= free_blocks - _cumsum_excl(blocks)
+    fits = blocks_for(length, p.block_size) + p.state_blocks <= free_blocks - _cumsum_excl(blocks)
     seat = running.num_kept + slot < jnp.minimum(p.max_num_seqs, num_slots)
     ok = arrived & fits & seat & (tokens > 0) & ~running.any_preempted
     num_admitted = jnp.sum(jnp.cumprod(ok.astype(jnp.int32)) > 0)
@@ -687,7 +688,7 @@ def emit(
     burst = jnp.where(firsts | (batch.computed == rows.length), 1, jnp.minimum(sampled, batch.budget_tokens))
     generated = rows.generated + jnp.where(ready, burst, 0)
     computed = jnp.where(ready, rows.prompt_tokens + generated - 1, batch.computed)
-    grown = jnp.maximum(batch.allocated_blocks, blocks_for(rows.prompt_tokens + generated, p.block_size))
+    grown = jnp.maximum(batch.allocated_blocks, blocks_for(rows.prompt_tokens + generated, p.block_size) + p.state_blocks)
     allocated = jnp.where(ready & (p.num_draft_tokens > 0), grown, batch.allocated_blocks)
     done = ready & (generated >= rows.output_tokens)
     zero = _runtime_zero(passes)
@@ -853,7 +854,7 @@ def engine_pass(
 def accepted_mask(p: EngineParams, rq: Requests) -> Bool[Array, " N"]:
     """Requests the worker can ever run: a prompt shorter than max_model_len whose blocks fit the pool
     (the reference rejects the others when they reach the queue head)."""
-    return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) <= p.num_gpu_blocks)
+    return rq.valid & (rq.input_tokens < p.max_model_len) & (blocks_for(rq.input_tokens, p.block_size) + p.state_blocks <= p.num_gpu_blocks)
 
 
 def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tuple[EngineState, ReplayConstants]:
@@ -1035,6 +1036,7 @@ def make_params(
     max_model_len: int,
     max_passes: int = 10_000_000,
     max_concurrency: int = 0,
+    state_blocks: int = 0,
 ) -> EngineParams:
     """Validated :class:`EngineParams` for one worker (plain Python checks before any jit)."""
     ints = dict(
@@ -1046,6 +1048,8 @@ def make_params(
             raise ValueError(f"{name}={v!r} must be an integer >= 1")
     if isinstance(max_concurrency, bool) or int(max_concurrency) != max_concurrency or int(max_concurrency) < 0:
         raise ValueError(f"max_concurrency={max_concurrency!r} must be an integer >= 0 (0: open loop)")
+    if isinstance(state_blocks, bool) or int(state_blocks) != state_blocks or int(state_blocks) < 0:
+        raise ValueError(f"state_blocks={state_blocks!r} must be an integer >= 0")
     k = int(num_draft_tokens)
     if not 0 <= k <= MAX_DRAFT_TOKENS:
         raise ValueError(f"num_draft_tokens={num_draft_tokens!r} must be within 0..{MAX_DRAFT_TOKENS}")
@@ -1058,7 +1062,7 @@ def make_params(
         table=table, max_num_batched_tokens=i64(max_num_batched_tokens), max_num_seqs=i64(max_num_seqs),
         block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
         accept_rates=jnp.asarray(rates), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
-        max_concurrency=i64(max_concurrency),
+        max_concurrency=i64(max_concurrency), state_blocks=i64(state_blocks),
     )
 
 

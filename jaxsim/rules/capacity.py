@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from jaxsim.profile.model import DECLARED_BYTE_FIELDS, Resources
 
 __all__ = [
@@ -19,7 +21,9 @@ __all__ = [
     "KvCacheEstimate",
     "block_size_problem",
     "capacity_problems",
+    "group_pages",
     "non_kv_bytes",
+    "request_cache_bytes",
 ]
 
 VLLM_DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
@@ -50,6 +54,29 @@ def block_size_problem(block_size) -> str | None:
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         return f"block-size: scheduler block_size must be a positive integer (got {block_size!r})"
     return None
+
+
+def group_pages(length_tokens, block_tokens, window_tokens, step_tokens, xp=np):
+    """Pages one request holds in one cache group at ``length_tokens`` (the reference's grouped formula).
+
+    Full attention (``window_tokens`` 0): ⌈L/B⌉ pages; a window W: min(⌈L/B⌉, ⌈(W + T − 1)/B⌉ + 1) pages with
+    T = ``step_tokens`` (the scheduler token budget for a request's peak, 1 for its steady occupancy). Plain
+    integer array arithmetic on ``xp`` (numpy here; the capacity kernels pass ``jax.numpy``).
+    """
+    b = xp.maximum(block_tokens, 1)
+    full = (length_tokens + b - 1) // b
+    windowed = xp.minimum(full, (window_tokens + step_tokens - 1 + b - 1) // b + 1)
+    return xp.where(window_tokens > 0, windowed, full)
+
+
+def request_cache_bytes(res: Resources, length_tokens: int, step_tokens: int) -> int:
+    """Bytes one request of ``length_tokens`` holds in this deployment's KV cache (exact integers):
+    ``length × kv_bytes_per_token`` for a linear cache, pages × page bytes summed over the groups of a
+    grouped one (:func:`group_pages`)."""
+    if res.cache_layout == "linear":
+        return int(length_tokens) * int(res.kv_bytes_per_token or 0)
+    return sum(int(group_pages(int(length_tokens), g.block_size_tokens, g.sliding_window or 0, int(step_tokens))) * g.page_size_bytes
+               for g in res.cache_groups)
 
 
 def non_kv_bytes(res: Resources) -> int:
@@ -123,7 +150,7 @@ def capacity_problems(
             )
         if frac is not None and not (req.total_gpu_bytes * frac >= rm.kv_cache_bytes):
             out.append(
-                f"gpu-budget: GPU memory budget is smaller than the recorded runtime KV cache allocation "
+                f"gpu-memory-fit: GPU memory budget is smaller than the recorded runtime KV cache allocation "
                 f"({req.total_gpu_bytes} B × {frac!r} < kv_cache_bytes {rm.kv_cache_bytes})"
             )
     else:

@@ -50,7 +50,9 @@ class RoleConfig:
 
     ``None`` for ``max_num_batched_tokens``, ``max_num_seqs`` or ``gpu_memory_utilization`` means "the
     profile's recorded value"; a stated value must equal the recorded one for runtime-memory profiles.
-    ``moe_tp``/``moe_ep`` ``None`` mean 1 (the reference's default). ``dcp`` is absent unless stated.
+    ``moe_tp``/``moe_ep`` both ``None``: the MoE layout the profile records for this identity when it records
+    exactly one (an imported MoE profile binds with no extra keys), else 1 (the reference's default); see
+    :func:`jaxsim.profile.resolve.recorded_moe_layout`. ``dcp`` is absent unless stated.
     """
 
     name: str

@@ -9,12 +9,12 @@ resolving anything, by :mod:`jaxsim.rules.role_problems`). Loading goes through 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jaxsim.errors import BindingError, JaxsimError
 from jaxsim.profile import CellRows, Deployment, ProfileBundle
-from jaxsim.profile.resolve import cell_rows, load_bundle, resolve_profile_dir, select_deployment
+from jaxsim.profile.resolve import cell_rows, load_bundle, recorded_moe_layout, resolve_profile_dir, select_deployment
 from jaxsim.rules.capacity import VLLM_DEFAULT_GPU_MEMORY_UTILIZATION, CapacityRequest
 from jaxsim.rules.config import DeploymentConfig, RoleConfig
 
@@ -63,6 +63,10 @@ def resolve_role(cfg: DeploymentConfig, role: RoleConfig, total_gpu_bytes: int |
         msg = str(e)
         problem = msg if msg.startswith("profile-not-found") else f"profile-invalid: {where}: {msg}"
         return ResolvedRole(role, root, profile_problem=problem)
+    if role.moe_tp is None and role.moe_ep is None:  # the profile's recorded MoE layout, when it has one at this TP
+        moe = recorded_moe_layout(bundle, cfg.system, cfg.backend, cfg.backend_version, role.parallel_tuple, role.name)
+        if moe is not None:
+            role = replace(role, moe_tp=moe[0], moe_ep=moe[1])
     try:
         dep = select_deployment(bundle, cfg.system, cfg.backend, cfg.backend_version, role.parallel_tuple, role.name)
     except JaxsimError as e:

@@ -74,6 +74,7 @@ class ConfigInputs(eqx.Module):
     isl: Int64[ArrayLike, "*c W"]
     osl: Int64[ArrayLike, "*c W"]
     weight: Float64[ArrayLike, "*c W"]
+    kv_state_blocks: Int64[ArrayLike, "*c"] = 0  # fixed blocks every request holds (grouped caches; 0 when linear)
 
 
 class SLABounds(eqx.Module):
@@ -249,11 +250,12 @@ def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
     """Requests in flight per decode (or aggregated) worker, which limit binds, and a capacity status.
 
     min(target concurrency, max_num_seqs, KV pool ÷ blocks per request, token budget ÷ (nextn + 1)); blocks
-    per request = ⌈(ISL + OSL + lookahead)/block⌉ averaged over the mix weighted by residence.
+    per request = ⌈(ISL + OSL + lookahead)/block⌉ (+ the fixed blocks of a grouped cache's window and state
+    groups) averaged over the mix weighted by residence.
     """
     step = cfg.nextn + 1
     la = jnp.where(cfg.nextn > 0, cfg.nextn + 1, 0)
-    blocks_w = capacity.request_blocks(cfg.isl, cfg.osl, la, cfg.block_size)
+    blocks_w = capacity.request_blocks(cfg.isl, cfg.osl, la, cfg.block_size) + cfg.kv_state_blocks
     occ = _share(w, rounds_w + 1.0)
     mean_blocks = jnp.ceil(jnp.sum(occ * blocks_w)).astype(jnp.int64)
     n_kv = capacity.max_concurrency(cfg.kv_blocks, mean_blocks, cfg.max_num_seqs)

@@ -69,11 +69,15 @@ class SpecError(BindingError):
 
 @dataclass(frozen=True)
 class ProfileAxis:
-    """One ``[[profile]]`` entry: a bundled profile name or a directory, and its TP layouts (None = all)."""
+    """One ``[[profile]]`` entry: a bundled profile name or a directory, and its parallel layouts: the TP
+    sizes and MoE layouts (``moe_tp``, ``moe_ep``) to bind; None = every value the profile's deployments
+    record (an imported MoE profile sweeps its recorded layouts with no extra keys)."""
 
     ref: str
     tp: tuple[int, ...] | None = None
     label: str = ""
+    moe_tp: tuple[int, ...] | None = None
+    moe_ep: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -289,8 +293,11 @@ _SPEC = sc.Table({
     "profile": sc.Field(sc.Array(sc.Table({
         "name": sc.Field(sc.Str(), required="required (a bundled profile name or a profile directory)"),
         "tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
+        "moe_tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
+        "moe_ep": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
-    }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]))),
+    }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
+                                        d.get("moe_tp"), d.get("moe_ep"))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -370,10 +377,18 @@ class BindingKey:
     acceptance: Acceptance | None  # None: autoregressive, or nextn > 0 with no acceptance setting (refused)
     max_num_seqs: int | None  # None = the profile's recorded value
     max_num_batched_tokens: int | None
+    moe_tp: int = 1
+    moe_ep: int = 1
 
     @property
     def disaggregated(self) -> bool:
         return self.mode == "disaggregated"
+
+    @property
+    def layout(self) -> str:
+        """``tp=T`` (dense, or MoE with moe_tp = tp), else ``tp=T moe_tp=M moe_ep=E``."""
+        pure = self.moe_ep == 1 and self.moe_tp in (1, self.tp)
+        return f"tp={self.tp}" if pure else f"tp={self.tp} moe_tp={self.moe_tp} moe_ep={self.moe_ep}"
 
     @property
     def gpus(self) -> int:
@@ -383,10 +398,10 @@ class BindingKey:
     def describe(self) -> str:
         """How refusals name this binding (a missing acceptance is refused for every serving mode at once)."""
         if self.nextn > 0 and self.acceptance is None:
-            return f"{self.profile.label} tp={self.tp} nextn={self.nextn}"
+            return f"{self.profile.label} {self.layout} nextn={self.nextn}"
         serving = f" {self.prefill_workers}:{self.decode_workers}" if self.disaggregated else ""
         accept = f" {self.acceptance.label}" if self.acceptance else ""
-        return f"{self.profile.label} tp={self.tp} {self.mode}{serving} nextn={self.nextn}{accept}"
+        return f"{self.profile.label} {self.layout} {self.mode}{serving} nextn={self.nextn}{accept}"
 
 
 @dataclass(frozen=True)
@@ -407,6 +422,8 @@ class Bindings:
     decode_workers: Int64[ArrayLike, "*b"]
     prefill_tp: Int64[ArrayLike, "*b"]
     tp: Int64[ArrayLike, "*b"]
+    moe_tp: Int64[ArrayLike, "*b"]  # the MoE layout of the (decode or aggregated) deployment
+    moe_ep: Int64[ArrayLike, "*b"]
     gpus: Int64[ArrayLike, "*b"]  # one serving unit
     replicas: Int64[ArrayLike, "*b"]  # serving units in the GPU budget (1 without one)
     nextn: Int64[ArrayLike, "*b"]
@@ -416,6 +433,7 @@ class Bindings:
     prefill_max_num_batched_tokens: Int64[ArrayLike, "*b"]
     kv_blocks: Int64[ArrayLike, "*b"]
     prefill_kv_blocks: Int64[ArrayLike, "*b"]
+    kv_state_blocks: Int64[ArrayLike, "*b"]  # fixed blocks per request (grouped caches; 0 when linear)
     block_size: Int64[ArrayLike, "*b"]
     max_model_len: Int64[ArrayLike, "*b"]
     kv_bytes_per_token: Int64[ArrayLike, "*b"]
@@ -527,6 +545,7 @@ class SweepPlan:
             prefill_max_num_batched_tokens=B.prefill_max_num_batched_tokens,
             kv_blocks=B.kv_blocks,
             prefill_kv_blocks=B.prefill_kv_blocks,
+            kv_state_blocks=B.kv_state_blocks,
             block_size=B.block_size,
             max_model_len=B.max_model_len,
             kv_bytes_per_token=B.kv_bytes_per_token,
@@ -546,7 +565,7 @@ class SweepPlan:
         cols["config_id"] = idx
         for k in ("profile", "data_source", "system", "mode"):
             cols[k] = getattr(B, k).astype(np.int32)
-        for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "gpus", "replicas", "nextn"):
+        for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "moe_tp", "moe_ep", "gpus", "replicas", "nextn"):
             cols[k] = getattr(B, k)
         cols["acceptance"] = B.acceptance.astype(np.int32)
         cols["accepted_tokens_mean"] = self.accepted_mean[B.acceptance_id]
@@ -591,34 +610,57 @@ def _servings(spec: SweepSpec) -> list[tuple[str, int, int]]:
     return out
 
 
-def _identities(axis: ProfileAxis, profile: ModelProfile) -> list[tuple[int, str, str | None, int]]:
-    """(tp, system, backend version, the deployments' K) of one profile axis: its TP layouts (all the
-    profile's when the axis names none), each with every (system, version) measured at it."""
+class _Layout(NamedTuple):
+    """One parallel layout of a profile axis, with the (system, backend version) it was measured on and the
+    deployments' speculative depth K there."""
+
+    tp: int
+    moe_tp: int
+    moe_ep: int
+    system: str
+    version: str | None
+    k: int
+
+
+def _wanted(values: tuple[int, ...] | None, v: int) -> bool:
+    return values is None or v in values
+
+
+def _layouts(axis: ProfileAxis, profile: ModelProfile) -> list[_Layout]:
+    """The parallel layouts of one profile axis: for each TP (the axis's, else every one the profile records),
+    every (moe_tp, moe_ep) the profile records at that TP within the axis's moe lists, each with every
+    (system, version) measured at it. A TP (or MoE layout) the axis asks for and the profile lacks is one
+    point with the requested layout, so that binding it names what the profile has."""
     deps = profile.deployments
-    out = []
+    out: list[_Layout] = []
     for tp in axis.tp if axis.tp is not None else tuple(sorted({d.tp for d in deps})):
-        at_tp = [d for d in deps if d.tp == tp]
-        idents = list(dict.fromkeys((d.system, d.backend_version) for d in at_tp)) or [(deps[0].system, deps[0].backend_version)]
-        for system, version in idents:
-            k = max((d.num_draft_tokens for d in at_tp if (d.system, d.backend_version) == (system, version)), default=0)
-            out.append((tp, system, version, k))
+        at_tp = [d for d in deps if d.tp == tp and _wanted(axis.moe_tp, d.moe_tp) and _wanted(axis.moe_ep, d.moe_ep)]
+        moe = sorted({(d.moe_tp, d.moe_ep) for d in at_tp}, key=lambda m: (m[1], -m[0]))
+        if not moe:
+            moe = [((axis.moe_tp or (1,))[0], (axis.moe_ep or (1,))[0])]
+        for moe_tp, moe_ep in moe:
+            here = [d for d in at_tp if (d.moe_tp, d.moe_ep) == (moe_tp, moe_ep)]
+            idents = list(dict.fromkeys((d.system, d.backend_version) for d in here)) or [(deps[0].system, deps[0].backend_version)]
+            for system, version in idents:
+                k = max((d.num_draft_tokens for d in here if (d.system, d.backend_version) == (system, version)), default=0)
+                out.append(_Layout(tp, moe_tp, moe_ep, system, version, k))
     return out
 
 
 def binding_grid(spec: SweepSpec, axis: ProfileAxis, profile: ModelProfile) -> Iterator[BindingKey]:
-    """Every binding point of one profile axis, in axis order: TP and identity, serving, nextn ("profile":
-    the deployment's K), acceptance (only when nextn > 0), max_num_seqs, max_num_batched_tokens."""
-    for tp, system, version, k_profile in _identities(axis, profile):
+    """Every binding point of one profile axis, in axis order: layout (TP, MoE TP/EP) and identity, serving,
+    nextn ("profile": the deployment's K), acceptance (only when nextn > 0), max_num_seqs, max_num_batched_tokens."""
+    for lay in _layouts(axis, profile):
         for (mode, x, y), nextn in itertools.product(_servings(spec), spec.nextn):
-            k = k_profile if nextn == PROFILE_NEXTN else nextn
+            k = lay.k if nextn == PROFILE_NEXTN else nextn
             accs = (spec.acceptance or (None,)) if k > 0 else (None,)
             for a, mns, mbt in itertools.product(accs, spec.max_num_seqs, spec.max_num_batched_tokens):
-                yield BindingKey(axis, tp, system, version, mode, x, y, k, a, mns, mbt)
+                yield BindingKey(axis, lay.tp, lay.system, lay.version, mode, x, y, k, a, mns, mbt, lay.moe_tp, lay.moe_ep)
 
 
 def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
     """Binding points counted for a profile axis that cannot be loaded (one per listed TP, or one)."""
-    return (len(axis.tp or (1,)) * len(_servings(spec)) * len(spec.nextn) * max(len(spec.acceptance), 1)
+    return (len(axis.tp or (1,)) * len(axis.moe_tp or (1,)) * len(axis.moe_ep or (1,)) * len(_servings(spec)) * len(spec.nextn) * max(len(spec.acceptance), 1)
             * len(spec.max_num_seqs) * len(spec.max_num_batched_tokens))
 
 
@@ -630,11 +672,12 @@ def deployment_config(spec: SweepSpec, root: Path, profile: ModelProfile, key: B
     (unchecked: :func:`jaxsim.rules.config.check_config` checks it). Disaggregated serving gives the
     prefill role the token budget only; the decode role gets the whole envelope."""
     envelope = {"max_num_seqs": key.max_num_seqs, "max_num_batched_tokens": key.max_num_batched_tokens}
+    layout = {"tp": key.tp, "moe_tp": key.moe_tp, "moe_ep": key.moe_ep}
     if key.disaggregated:
-        roles = (RoleConfig("prefill", tp=key.tp, replicas=key.prefill_workers, max_num_batched_tokens=key.max_num_batched_tokens),
-                 RoleConfig("decode", tp=key.tp, replicas=key.decode_workers, **envelope))
+        roles = (RoleConfig("prefill", **layout, replicas=key.prefill_workers, max_num_batched_tokens=key.max_num_batched_tokens),
+                 RoleConfig("decode", **layout, replicas=key.decode_workers, **envelope))
     else:
-        roles = (RoleConfig("aggregated", tp=key.tp, **envelope),)
+        roles = (RoleConfig("aggregated", **layout, **envelope),)
     return DeploymentConfig(
         model=profile.model, system=key.system, roles=roles, profile=str(root), backend_version=key.version,
         mode=key.mode, nextn=key.nextn, block_size=spec.block_size,
@@ -723,10 +766,11 @@ def _binding_row(spec: SweepSpec, key: BindingKey, b: Binding, profile: ModelPro
         profile=profile_code, system=codes.label("system", key.system), mode=codes.label("mode", key.mode),
         acceptance=codes.label("acceptance", key.acceptance.label if key.acceptance else "none"), acceptance_id=acceptance_id,
         prefill_workers=key.prefill_workers, decode_workers=key.decode_workers, prefill_tp=pre.deployment.tp, tp=dec.deployment.tp,
+        moe_tp=dec.deployment.moe_tp, moe_ep=dec.deployment.moe_ep,
         gpus=key.gpus, replicas=(spec.gpu_budget // key.gpus) if spec.gpu_budget else 1, nextn=key.nextn,
         max_num_seqs=dec.max_num_seqs, prefill_max_num_seqs=pre.max_num_seqs,
         max_num_batched_tokens=dec.max_num_batched_tokens, prefill_max_num_batched_tokens=pre.max_num_batched_tokens,
-        kv_blocks=dec.kv.num_gpu_blocks, prefill_kv_blocks=pre.kv.num_gpu_blocks,
+        kv_blocks=dec.blocks.num_gpu_blocks, prefill_kv_blocks=pre.blocks.num_gpu_blocks, kv_state_blocks=dec.blocks.state_blocks,
         block_size=b.block_size, max_model_len=b.context_length, kv_bytes_per_token=pre.kv_bytes_per_token or 0,
         prefill_table=codes.table(pre.table), decode_table=codes.table(dec.table), group=0,
         data_source=DATA_SOURCES.index(profile.source), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s or 1.0),
@@ -750,8 +794,10 @@ def _plan_profile(spec: SweepSpec, axis: ProfileAxis, codes: _Codes, refusals: _
             continue
         acceptance_id = codes.acceptance_id(key.nextn, bound.accept_rates)
         roles = (bound.prefill, bound.decode) if key.disaggregated else (bound.aggregated,)
-        if any(r.kv.num_gpu_blocks is None for r in roles):
-            refusals.add("grouped-cache: the sweep needs a linear KV cache with a block count", key.describe())
+        missing = next((r.blocks.problem for r in roles if r.blocks.num_gpu_blocks is None), None)
+        if missing is not None:
+            refusals.add(missing if missing.split(":", 1)[0] in ("grouped-cache", "block-size") else f"grouped-cache: {missing}",
+                         key.describe())
             continue
         rows.append(_binding_row(spec, key, bound, profile, profile_code, acceptance_id, codes))
     return rows

@@ -34,7 +34,7 @@ def binding_replay_config(plan: SweepPlan, b: int, name: str, *, max_num_seqs_ca
     source = labels["data_source"][row.data_source] if "data_source" in labels else "measured"
     seqs = row.max_num_seqs if max_num_seqs_cap is None else min(row.max_num_seqs, int(max_num_seqs_cap))
     dec = WorkerPool(plan.tables[row.decode_table], row.max_num_batched_tokens, seqs, row.block_size, row.kv_blocks,
-                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1))
+                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1), row.kv_state_blocks)
     if mode == "aggregated":
         return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source)
     pre = WorkerPool(plan.tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
