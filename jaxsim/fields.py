@@ -41,10 +41,13 @@ def _whole(value: Any) -> int | None:
 
 
 def _integral(value: Any) -> int | None:
-    """Any value ``float()`` reads as a finite whole number, as an int (through the float); else None."""
+    """An int as itself; any other value ``float()`` reads as a finite whole number, as an int (through the
+    float); else None."""
+    if isinstance(value, int):
+        return value
     try:
         f = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     if not math.isfinite(f) or f != round(f):
         return None
@@ -82,6 +85,8 @@ class FieldReader:
             out = float(value)
         except (TypeError, ValueError):
             raise self._refusal(where, field, value, "a number", repr(value)) from None
+        except OverflowError:  # an int beyond a float (JSON reads 1e400 as inf, but 10**400 as an int)
+            out = math.inf
         if not math.isfinite(out):
             if self.strict:
                 raise self.error(f"{where}: {field}: must be finite (got {value!r})")

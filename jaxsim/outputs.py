@@ -240,20 +240,6 @@ def _discard(tmp: Path) -> None:
 
 
 @contextmanager
-def atomic(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield the path of a new temporary file next to ``path`` (for writers that open a path); on success
-    it becomes ``path`` (mode 0644 under umask 022), on any error it is removed."""
-    p = Path(path)
-    fd, tmp = create_temp(p)
-    try:
-        yield tmp
-        publish(fd, tmp, p)
-    finally:
-        os.close(fd)
-        _discard(tmp)
-
-
-@contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb", *, clean_stale: bool = True, **open_kw) -> Iterator[io.IOBase]:
     """Yield a file object (``mode`` "wb" or "w") on a new temporary file next to ``path``; on success it
     becomes ``path``, on any error it is removed. Writes go to the descriptor jaxsim created."""
@@ -361,7 +347,7 @@ def write_table(table, path: str | os.PathLike, *, allowed: Sequence[str] = ("cs
 
 
 __all__ = [
-    "FORMATS", "MARKER", "STALE_AFTER_S", "OutputError", "atomic", "atomic_dir", "atomic_file", "check_output",
+    "FORMATS", "MARKER", "STALE_AFTER_S", "OutputError", "atomic_dir", "atomic_file", "check_output",
     "check_output_dir", "create_temp", "is_jaxsim_dir", "output_format", "publish", "remove_stale_temps",
     "write_bytes", "write_marker", "write_table", "write_text",
 ]

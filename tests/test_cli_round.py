@@ -165,3 +165,36 @@ def test_unreadable_row_past_the_first_block_is_named(tmp_path):
         for _ in stream_queries(p, 1 << 18):
             pass
     assert str(e.value) == f"{p}: row {n + 1}: column total_kv_read_tokens must hold integers (found 'x')"
+
+
+def test_counts_beyond_32_bits_are_refused_row_by_row(tmp_path):
+    """The FPM query fields are unsigned 32-bit: the reference refuses a count or sum >= 2**32 (OverflowError
+    or 'expected u32'), so jaxsim refuses those rows too, even where it would otherwise answer (a prefill row
+    with no new tokens is 0 ms at any past KV), and answers 2**32 - 1 and every other row as before."""
+    top = 2**32
+    good = _golden_queries("ar_core", 3)
+    rows = [
+        *good,
+        {"workload_kind": "prefill", "batch_size": 1, "total_prefill_tokens": 0, "total_kv_read_tokens": top - 1},
+        {"workload_kind": "prefill", "batch_size": 1, "total_prefill_tokens": 0, "total_kv_read_tokens": top},
+        {"workload_kind": "decode", "batch_size": top, "total_prefill_tokens": 0, "total_kv_read_tokens": 0},
+        {"workload_kind": "prefill", "batch_size": 1, "total_prefill_tokens": top, "total_kv_read_tokens": 0},
+        {"workload_kind": "mixed", "batch_size": 0, "total_prefill_tokens": 0, "total_kv_read_tokens": 0,
+         "num_decode_requests": 1, "total_decode_kv_tokens": top},
+        {"workload_kind": "mixed", "batch_size": 0, "total_prefill_tokens": 0, "total_kv_read_tokens": 0,
+         "num_decode_requests": top, "total_decode_kv_tokens": 10},
+    ]
+    for r in rows:
+        r.setdefault("num_decode_requests", 0)
+        r.setdefault("total_decode_kv_tokens", 0)
+    _write_csv(tmp_path / "q.csv", rows, extra=("num_decode_requests", "total_decode_kv_tokens"))
+    res = runner.invoke(app, ["round", str(AR), "--queries", str(tmp_path / "q.csv"), "--output", str(tmp_path / "o.csv")])
+    assert res.exit_code == 0, res.output
+    out = list(csv.DictReader((tmp_path / "o.csv").open()))
+    n = len(good)
+    for row, got in zip(good, out[:n]):
+        if row["want"]["status"] == "ok":
+            assert float(got["latency_ms"]) == pytest.approx(row["want"]["latency_ms"], rel=1e-9)
+    assert out[n]["status"] == "no_prefill_work" and float(out[n]["latency_ms"]) == 0.0
+    assert [o["status"] for o in out[n + 1:]] == ["unsupported:count_beyond_32_bits"] * 5
+    assert all(o["latency_ms"] == "" for o in out[n + 1:])

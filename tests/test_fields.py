@@ -69,6 +69,7 @@ def test_number_accepts_finite_numbers(value, want):
     (None, "w: f: expected a number, got None", "w: f=None must be a number"),
     ("nan", "w: f: must be finite (got 'nan')", "w: f='nan' must be finite"),
     (float("-inf"), "w: f: must be finite (got -inf)", "w: f=-inf must be finite"),
+    (10**400, f"w: f: must be finite (got {10**400!r})", f"w: f={10**400!r} must be finite"),  # no raw OverflowError
 ])
 def test_number_refusals(value, strict_msg, loose_msg):
     with pytest.raises(TableError) as e:
@@ -95,3 +96,11 @@ def test_loose_integer_is_exactly_the_whole_finite_floats(x):
         assert not whole
     else:
         assert whole and got == int(x)
+
+
+def test_huge_integers_stay_exact_ints():
+    """A JSON integer beyond a float is read exactly (range checks then refuse it in one line), never through a
+    float (OverflowError, or a rounded value)."""
+    for v in (10**400, 2**63 + 1, 2**53 + 1):
+        assert STRICT.integer(v, "w", "f") == v
+        assert LOOSE.integer(v, "w", "f") == v

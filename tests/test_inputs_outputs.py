@@ -38,8 +38,9 @@ def _umask():
 def test_atomic_writer_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "deep" / "er" / "x.csv"
     with pytest.raises(RuntimeError):
-        with outputs.atomic(target) as tmp:
-            tmp.write_text("half")
+        with outputs.atomic_file(target, "w") as f:
+            f.write("half")
+            f.flush()
             raise RuntimeError("killed")
     assert not target.exists() and list(target.parent.iterdir()) == []
     outputs.write_text(target, "a,b\n")

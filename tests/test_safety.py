@@ -250,8 +250,9 @@ def test_a_temp_file_swapped_for_a_link_while_writing_is_not_published(tmp_path)
     victim.write_text("precious\n")
     target = tmp_path / "out" / "r.csv"
     with pytest.raises(outputs.OutputError, match="replaced or removed by someone else"):
-        with outputs.atomic(target) as tmp:
-            tmp.write_text("a,b\n")
+        with outputs.atomic_file(target, "w") as f:
+            f.write("a,b\n")
+            (tmp,) = target.parent.glob("*.partial")
             os.unlink(tmp)
             os.symlink(victim, tmp)
     assert victim.read_text() == "precious\n" and not target.exists()

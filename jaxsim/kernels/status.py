@@ -99,6 +99,8 @@ SUM_WITHOUT_REQUESTS = _define(28, "unsupported:token_sum_without_requests", "lo
                                "a KV or token sum is given for a phase with no requests")
 PREFILL_TOKENS_BELOW_BATCH = _define(29, "unsupported:fewer_prefill_tokens_than_requests", "lookup", False,
                                      "a prefill lookup needs at least one new token per prefill request")
+COUNT_BEYOND_U32 = _define(30, "unsupported:count_beyond_32_bits", "lookup", False,
+                           "a request count or token sum >= 2^32 (the FPM query fields are unsigned 32-bit)")
 
 # ---- KV capacity of one pool (32–47) --------------------------------------------------------------
 CAPACITY_OK = _define(32, "ok", "capacity", True, "at least one request of this shape fits the pool")
@@ -140,7 +142,7 @@ SEVERITY: tuple[int, ...] = (
     # a lookup outside measured support
     BATCH_OUT_OF_RANGE, KV_OUT_OF_RANGE, NO_LOWER_BRACKET, NO_UPPER_BRACKET, REGIME_LOWER, REGIME_UPPER,
     BATCH_RATIO, NOT_NEAREST, PREFILL_BATCH_UNMEASURED, PREFILL_NO_SUPPORT, SD_MIXED_REFUSED, INVALID_QUERY,
-    SUM_WITHOUT_REQUESTS, PREFILL_TOKENS_BELOW_BATCH,
+    SUM_WITHOUT_REQUESTS, PREFILL_TOKENS_BELOW_BATCH, COUNT_BEYOND_U32,
     # the configuration cannot serve the request at all (worse than any lookup refusal)
     BLOCK_SIZE_INVALID, NO_KV_BUDGET, INVALID_REQUEST,
     REQUEST_EXCEEDS_KV_POOL, REQUEST_EXCEEDS_CONTEXT, PROMPT_EXCEEDS_PREFILL_POOL, TOKEN_BUDGET_TOO_SMALL,
