@@ -1,4 +1,4 @@
-"""Percentile SLAs: [sla] takes p50/p90/p99 TTFT/TPOT/E2E limits (observed: "unknown key"), the sweep
+"""Percentile SLAs: [sla] takes median/p90/p99 TTFT/TPOT/E2E limits (observed: "unknown key"), the sweep
 computes them over its workload mix, and --verify-top replays the best configurations and applies the
 SLA to the replayed distribution."""
 
@@ -46,14 +46,15 @@ def test_spec_takes_percentile_keys(tmp_path):
 
 
 def test_compiled_bounds_are_the_sla_field_for_field():
-    s = SLA(max_tpot_ms=40.0, min_tokens_per_s_per_user=12.5, p90_ttft_ms=2000.0, p99_e2e_ms=9000.0)
+    s = SLA(mean_tpot_ms=40.0, min_tokens_per_s_per_user=12.5, p90_ttft_ms=2000.0, p99_e2e_ms=9000.0)
     b = ev.SLABounds.of(s)
     assert list(vars(b)) == list(vars(s))  # one vocabulary: the same keys, in the same order
     for k, v in vars(s).items():
         unset = 0.0 if k == "min_tokens_per_s_per_user" else np.inf
         assert float(getattr(b, k)) == (unset if v is None else v)
-    grid = np.asarray(b.percentile_ms())  # [metric, p], metric-major like PERCENTILE_KEYS
-    assert grid[0, 1] == 2000.0 and grid[2, 2] == 9000.0 and np.isinf(np.delete(grid.ravel(), [1, 8])).all()
+    grid = np.asarray(b.latency_ms())  # [metric, stat], metric-major like LATENCY_KEYS
+    assert grid[0, 2] == 2000.0 and grid[1, 0] == 40.0 and grid[2, 3] == 9000.0
+    assert np.isinf(np.delete(grid.ravel(), [2, 4, 11])).all()
     assert all(np.isinf(float(x)) or float(x) == 0.0 for x in vars(ev.SLABounds.of()).values())
 
 
@@ -76,18 +77,18 @@ def test_percentiles_over_the_mix_decide_feasibility(tmp_path):
     assert len(ok) > 0
     # p50 <= p90 <= p99 and the mean lies between the extreme classes
     for m in ("ttft", "tpot", "e2e"):
-        assert (ok[f"{m}_p50_ms"] <= ok[f"{m}_p90_ms"] + 1e-9).all() and (ok[f"{m}_p90_ms"] <= ok[f"{m}_p99_ms"] + 1e-9).all()
+        assert (ok[f"median_{m}_ms"] <= ok[f"p90_{m}_ms"] + 1e-9).all() and (ok[f"p90_{m}_ms"] <= ok[f"p99_{m}_ms"] + 1e-9).all()
     # the 10 % 6k class is p99 and above p90: a limit between them splits the configurations
-    assert (ok.ttft_p99_ms > ok.ttft_p90_ms).all()
+    assert (ok.p99_ttft_ms > ok.p90_ttft_ms).all()
     row = ok.iloc[0]
-    lim = float((row.ttft_p90_ms + row.ttft_p99_ms) / 2)
+    lim = float((row.p90_ttft_ms + row.p99_ttft_ms) / 2)
     (tmp_path / "x").mkdir()
     (tmp_path / "y").mkdir()
     _, t2 = _sweep(tmp_path / "x", f"p90_ttft_ms = {lim}")
     _, t3 = _sweep(tmp_path / "y", f"p99_ttft_ms = {lim}")
     cid = int(row.config_id)
     assert bool(t2.set_index("config_id").loc[cid, "sla_ok"]) and not bool(t3.set_index("config_id").loc[cid, "sla_ok"])
-    np.testing.assert_array_equal(t2.sla_ok.to_numpy(), (t2.status < 16).to_numpy() & (t2.ttft_p90_ms <= lim).to_numpy())
+    np.testing.assert_array_equal(t2.sla_ok.to_numpy(), (t2.status < 16).to_numpy() & (t2.p90_ttft_ms <= lim).to_numpy())
 
 
 def test_judge_applies_the_sla_to_a_replayed_distribution():
@@ -96,9 +97,12 @@ def test_judge_applies_the_sla_to_a_replayed_distribution():
     req = {"terminal": np.array(["completed"] * 10), "ttft_ms": np.arange(1.0, 11.0) * 100, "tpot_ms": np.full(10, 40.0),
            "e2e_ms": np.arange(1.0, 11.0) * 1000}
     m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
-    assert m["ttft_p90_ms"] == 900.0 and m["tokens_per_s_per_user"] == 25.0 and ok and why == ""
+    assert m["p90_ttft_ms"] == np.percentile(np.arange(1.0, 11.0) * 100, 90) == 910.0
+    assert m["tokens_per_s_per_user"] == 25.0 and ok is False and "p90 TTFT 910.0 ms > 900.0" in why
+    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=910.0, min_tokens_per_s_per_user=20.0))
+    assert ok and why == ""
     m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=850.0, min_tokens_per_s_per_user=30.0))
-    assert not ok and "p90 TTFT 900.0 ms > 850.0" in why and "25.0 tok/s/user < 30.0" in why
+    assert not ok and "p90 TTFT 910.0 ms > 850.0" in why and "25.0 tok/s/user < 30.0" in why
     req["terminal"][3] = "unfinished"
     m, ok, why = judge(req, "stopped: x", "decode(batch=1, kv=5)", SLA())
     assert not ok and "1 of 10 requests not completed" in why and "at decode(batch=1, kv=5)" in why

@@ -50,25 +50,20 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         "nextn": r["nextn"],
         "acceptance": r["acceptance"] if r["nextn"] else "-",
         "conc": f"{r['concurrency']}/{r['concurrency_target']}",
-        "ttft_ms": _fmt(r["ttft_ms"]),
-        **{_pct_label(k): _fmt(r.get(_pct_column(k), float("nan"))) for k in pct_keys},
-        "tpot_ms": _fmt(r["tpot_ms"], 2),
+        "mean ttft": _fmt(r["mean_ttft_ms"]),
+        **{_stat_label(k): _fmt(r.get(k, float("nan"))) for k in pct_keys},
+        "mean tpot": _fmt(r["mean_tpot_ms"], 2),
         "tok/s/user": _fmt(r["tokens_per_s_per_user"]),
         "tok/s/gpu": _fmt(r["output_tokens_per_s_per_gpu"]),
         "req/s": _fmt(r["request_rate_per_s"], 2),
+        **({"method": r["method"]} if "method" in r else {}),
     }
 
 
-def _pct_label(key: str) -> str:
+def _stat_label(key: str) -> str:
     """``p90_ttft_ms`` → ``p90 ttft``."""
-    p, m, _ = key.split("_")
-    return f"{p} {m}"
-
-
-def _pct_column(key: str) -> str:
-    """SLA key ``p90_ttft_ms`` → result column ``ttft_p90_ms``."""
-    p, m, _ = key.split("_")
-    return f"{m}_{p}_ms"
+    stat, metric, _ = key.split("_")
+    return f"{stat} {metric}"
 
 
 def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = (), first=None, last=None):

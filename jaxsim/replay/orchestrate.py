@@ -23,6 +23,7 @@ from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
 from jaxsim.replay.runner import ReplayItem, run_items
 from jaxsim.replay.traces import Trace, request_bucket
+from jaxsim.sla import Goodput
 
 _FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds", "preemptions",
            "admissions", "token_gap_sq_ms2", "terminal")
@@ -113,6 +114,7 @@ class _Job:
 
     config: ReplayConfig
     seed: int
+    trace: Trace
     first: StageRun
     decode: DecodeStage | None = None
 
@@ -179,7 +181,8 @@ def _worst(results: list[ReplayResult]) -> tuple[int, tuple | None]:
     return COMPLETED, None
 
 
-def _outcome(job: _Job, trace: Trace, timeline: bool, sla: metrics.SLA | None) -> ReplayOutcome:
+def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcome:
+    trace = job.trace
     n = len(trace)
     if job.decode is None:
         cols, results = job.first.columns(n), job.first.results
@@ -189,40 +192,46 @@ def _outcome(job: _Job, trace: Trace, timeline: bool, sla: metrics.SLA | None) -
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
-    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, sla), timelines, failed)
+    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, goodput), timelines, failed)
 
 
 def run_replays(
     configs: Sequence[ReplayConfig],
-    trace: Trace,
+    trace: Trace | Sequence[Trace],
     seeds: Sequence[int] = (0,),
     *,
     timeline: bool = False,
     timeline_len: int | None = None,
     chunk: int | None = 256,
-    sla: metrics.SLA | None = None,
+    goodput: Goodput | None = None,
     progress=None,
     timings: dict | None = None,
 ) -> list[ReplayOutcome]:
-    """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
+    """Replay ``trace`` (one for all, or one per configuration) for every configuration and seed; one
+    compiled call per group of static shapes (configurations whose traces fall in one request bucket share
+    their calls).
 
     ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
     ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
-    trace's output tokens plus four passes per request, at most 2**18). ``timings`` (optional dict)
-    accumulates ``compile_s`` (lowering + XLA compilation, or an executable-cache load), ``run_s``,
-    ``compilations`` and ``executables_loaded``.
+    longest trace's output tokens plus four passes per request, at most 2**18). ``goodput`` (optional):
+    per-request limits counted in each summary. ``timings`` (optional dict) accumulates ``compile_s``
+    (lowering + XLA compilation, or an executable-cache load), ``run_s``, ``compilations`` and
+    ``executables_loaded``.
     """
     ensure_x64()
+    traces = [trace] * len(configs) if isinstance(trace, Trace) else list(trace)
+    if len(traces) != len(configs):
+        raise ValueError(f"{len(traces)} traces for {len(configs)} configurations")
     if timeline_len is None:
-        timeline_len = min(request_bucket(int(trace.output_tokens.sum()) + 4 * len(trace)), 1 << 18)
+        timeline_len = min(max((request_bucket(int(t.output_tokens.sum()) + 4 * len(t)) for t in traces), default=16), 1 << 18)
     run = dict(timeline_len=int(timeline_len) if timeline else 0, chunk=chunk, progress=progress, timings=timings)
-    max_passes = _max_passes(trace)
-    jobs = [_Job(c, int(s), StageRun(_first_stage(c, int(s), trace, max_passes))) for c in configs for s in seeds]
+    passes = {id(t): _max_passes(t) for t in traces}
+    jobs = [_Job(c, int(s), t, StageRun(_first_stage(c, int(s), t, passes[id(t)]))) for c, t in zip(configs, traces) for s in seeds]
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
     _run_stages([j.first for j in jobs], **run)
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":
-            j.decode = _decode_stage(j.config, j.seed, trace, j.first, max_passes)
+            j.decode = _decode_stage(j.config, j.seed, j.trace, j.first, passes[id(j.trace)])
     _run_stages([j.decode.run for j in jobs if j.decode is not None], **run)
-    return [_outcome(j, trace, run["timeline_len"] > 0, sla) for j in jobs]
+    return [_outcome(j, run["timeline_len"] > 0, goodput) for j in jobs]

@@ -17,11 +17,9 @@ import pyarrow as pa
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace
-from jaxsim.sla import SLA
+from jaxsim.sla import LATENCY_METRICS, LIMIT_QUANTILES, SLA
+from jaxsim.stats import key, percentile
 from jaxsim.sweep.spec import SweepPlan
-
-PCT = (50, 90, 99)
-
 
 def binding_replay_config(plan: SweepPlan, b: int, name: str, *, max_num_seqs_cap: int | None = None,
                           units: int = 1) -> ReplayConfig:
@@ -74,26 +72,23 @@ def judge(requests: dict, status_text: str, failure: str, sla: SLA) -> tuple[dic
     done = requests["terminal"] == "completed"
     n = done.size
     m: dict[str, float | None] = {"completed": int(done.sum()), "requests": int(n)}
-    for metric in ("ttft", "tpot", "e2e"):
+    for metric in LATENCY_METRICS:
         v = np.asarray(requests[f"{metric}_ms"], np.float64)[done]
-        v = v[np.isfinite(v)]
-        m[f"{metric}_mean_ms"] = float(v.mean()) if v.size else None
-        for p in PCT:
-            m[f"{metric}_p{p}_ms"] = float(np.percentile(v, p, method="inverted_cdf")) if v.size else None
-    tpot = m["tpot_mean_ms"]
+        m[key("mean", metric)] = float(np.mean(v[np.isfinite(v)])) if np.isfinite(v).any() else None
+        for stat, p in LIMIT_QUANTILES.items():
+            x = percentile(v, p)
+            m[key(stat, metric)] = None if np.isnan(x) else x
+    tpot = m["mean_tpot_ms"]
     m["tokens_per_s_per_user"] = 1e3 / tpot if tpot else None
     why = []
     if status_text != "completed":
         why.append(status_text + (f" at {failure}" if failure else ""))
     if m["completed"] < n:
         why.append(f"{n - m['completed']} of {n} requests not completed")
-    checks = [("max_ttft_ms", "ttft_mean_ms", "mean TTFT"), ("max_tpot_ms", "tpot_mean_ms", "mean TPOT"),
-              ("max_e2e_ms", "e2e_mean_ms", "mean E2E")]
-    checks += [(f"p{p}_{x}_ms", f"{x}_p{p}_ms", f"p{p} {x.upper()}") for x in ("ttft", "tpot", "e2e") for p in PCT]
-    for key, col, label in checks:
-        lim = getattr(sla, key)
-        if lim is not None and m[col] is not None and m[col] > lim:
-            why.append(f"{label} {m[col]:,.1f} ms > {lim:,.1f}")
+    for k, lim in sla.latency_limits().items():
+        if m[k] is not None and m[k] > lim:
+            stat, metric, _ = k.split("_")
+            why.append(f"{stat} {metric.upper()} {m[k]:,.1f} ms > {lim:,.1f}")
     if sla.min_tokens_per_s_per_user is not None and m["tokens_per_s_per_user"] is not None \
             and m["tokens_per_s_per_user"] < sla.min_tokens_per_s_per_user:
         why.append(f"{m['tokens_per_s_per_user']:,.1f} tok/s/user < {sla.min_tokens_per_s_per_user:,.1f}")
