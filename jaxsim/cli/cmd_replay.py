@@ -58,7 +58,7 @@ def configs_from_sweep(spec_path: Path):
     """One :class:`~jaxsim.replay.deployment.ReplayConfig` per valid binding of a sweep spec (its concurrency
     and workload axes are not used: the trace is the workload)."""
     from jaxsim.sweep.spec import load_spec, plan_sweep
-    from jaxsim.sweep.verify import binding_replay_config
+    from jaxsim.sweep.replayed import binding_config
 
     plan = plan_sweep(load_spec(spec_path))
     labels = plan.labels
@@ -72,7 +72,7 @@ def configs_from_sweep(spec_path: Path):
             + f" nextn={row.nextn} {labels['acceptance'][row.acceptance]} seqs={row.max_num_seqs}"
             + f" tokens={row.max_num_batched_tokens}"
         )
-        out.append(binding_replay_config(plan, b, name))
+        out.append(binding_config(plan, b, name))
     if not out:
         fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
     return out

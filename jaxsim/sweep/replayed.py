@@ -26,14 +26,14 @@ import numpy as np
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
-from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths
+from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace
 from jaxsim.sla import LATENCY_KEYS, SLA
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SweepPlan
 
-__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "point_config", "point_trace", "replay_metrics", "sla_ok"]
+__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_trace", "replay_metrics", "sla_ok"]
 
 METHODS = ("steady", "replay")
 """The ``method`` column's values: which evaluation produced a row."""
@@ -50,28 +50,35 @@ def _name(plan: SweepPlan, config_id: int, b: int, conc: int, units: int) -> str
             + (f" x{units}" if units > 1 else ""))
 
 
-def point_config(plan: SweepPlan, config_id: int, load: LoadModel, *, units: int = 1, tables=None) -> ReplayConfig:
-    """Sweep configuration ``config_id`` as a replay deployment of ``units`` serving units under ``load``:
-    each pool its role's table (``tables``: the plan's tables padded alike, default the plan's own),
-    scheduler envelope and KV pool, replicas × ``units``, and the load's clients split over the replicas
-    (``max_concurrency``). Aggregated only when the load caps its concurrency (a closed loop)."""
+def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_concurrency: int = 0,
+                   tables=None) -> ReplayConfig:
+    """Binding ``b`` of a sweep plan as a replay deployment of ``units`` serving units: each pool its role's
+    table (``tables``: the plan's tables padded alike, default the plan's own), scheduler envelope and KV
+    pool, its replicas × ``units``; ``max_concurrency`` clients per replica (aggregated only; 0: open loop)."""
     tables = plan.tables if tables is None else tables
-    b, c, _ = (int(x[0]) for x in plan.decode_index(np.asarray([config_id], np.int64)))
     row, labels = plan.bindings.row(b), plan.labels
     mode = labels["mode"][row.mode]
     rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
     source = labels["data_source"][row.data_source]
-    name = _name(plan, config_id, b, int(plan.spec.concurrency[c]), units)
     dec = WorkerPool(tables[row.decode_table], row.max_num_batched_tokens, row.max_num_seqs, row.block_size, row.kv_blocks,
                      row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1))
     if mode == "aggregated":
-        reps = dec.replicas
-        return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source,
-                            max_concurrency=load.max_concurrency // reps if load.max_concurrency else 0)
+        return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source, max_concurrency=int(max_concurrency))
     pre = WorkerPool(tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
                      row.block_size, row.prefill_kv_blocks, row.max_model_len, units * row.prefill_workers)
     return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
-                        kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source)
+                        kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source,
+                        max_concurrency=int(max_concurrency))
+
+
+def point_config(plan: SweepPlan, config_id: int, load: LoadModel, *, units: int = 1, tables=None) -> ReplayConfig:
+    """Sweep configuration ``config_id`` as a replay deployment of ``units`` serving units under ``load``
+    (:func:`binding_config`), the load's clients split evenly over its replicas
+    (:func:`~jaxsim.replay.loads.with_load`: a concurrency-capped load replays aggregated deployments only)."""
+    b, c, _ = (int(x[0]) for x in plan.decode_index(np.asarray([config_id], np.int64)))
+    config = binding_config(plan, b, _name(plan, config_id, b, int(plan.spec.concurrency[c]), units), units=units,
+                            tables=tables)
+    return with_load(config, load)
 
 
 def point_trace(plan: SweepPlan, config_id: int, load: LoadModel, lengths: Trace | None = None) -> Trace:
@@ -95,9 +102,10 @@ def _rejection_status(outcome: ReplayOutcome) -> int | None:
     return st.REQUEST_EXCEEDS_CONTEXT if any("max_model_len" in r for r in reasons) else st.REQUEST_EXCEEDS_KV_POOL
 
 
-def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_seqs: int) -> dict:
-    """One replayed point as the sweep's metric columns (NaN where the replay did not complete every
-    request inside measured support; the pass-structure columns of the steady state are NaN)."""
+def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_seqs: int, units: int = 1) -> dict:
+    """One replayed point as the sweep's metric columns, over ``units`` serving units of ``gpus`` GPUs each
+    (request rate per serving unit, output tokens/s per GPU); NaN where the replay did not complete every
+    request inside measured support; the pass-structure columns of the steady state are NaN."""
     s = outcome.summary
     status = outcome.status
     rejected = _rejection_status(outcome)
@@ -117,8 +125,8 @@ def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_
         status=status, limit=limit, concurrency=reached, decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan,
         rounds=float(req["decode_rounds"][done].mean()) if done.any() else nan,
         tokens_per_round=float((req["generated_tokens"][done] - 1).sum()) / rounds if rounds else nan,
-        request_rate_per_s=s["request_throughput_rps"],
-        output_tokens_per_s_per_gpu=s["output_throughput_tok_s"] / gpus,
+        request_rate_per_s=s["request_throughput_rps"] / units,
+        output_tokens_per_s_per_gpu=s["output_throughput_tok_s"] / (gpus * units),
         tokens_per_s_per_user=1e3 / tpot if tpot and tpot > 0 else nan,
         **{k: s[k] for k in LATENCY_KEYS},
     )
