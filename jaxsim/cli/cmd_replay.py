@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -221,6 +222,7 @@ def register(app: typer.Typer) -> None:
         range_ratio: float = typer.Option(0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."),
         length_rule: str = typer.Option("vllm", "--length-rule", help="--load: whose random lengths: vllm or inferencex."),
         arrival_rule: str = typer.Option("vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."),
+        max_concurrency: int = typer.Option(0, "--max-concurrency", help="Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."),
         sla_ttft_ms: Optional[float] = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: Optional[float] = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
@@ -239,6 +241,8 @@ def register(app: typer.Typer) -> None:
         limits.check("time_scale", time_scale, "--time-scale")
         if max_requests is not None:
             limits.check("requests", max_requests, "--max-requests")
+        if max_concurrency:
+            limits.check("max_num_seqs", max_concurrency, "--max-concurrency")
         for opt, v in (("--sla-ttft-ms", sla_ttft_ms), ("--sla-tpot-ms", sla_tpot_ms), ("--sla-e2e-ms", sla_e2e_ms)):
             if v is not None:
                 limits.check("ms", v, opt)
@@ -262,7 +266,14 @@ def register(app: typer.Typer) -> None:
         if bench is not None:
             from jaxsim.replay.loads import with_load
 
+            if max_concurrency:
+                fail("--max-concurrency caps a trace's replay; with --load the load sets the concurrency (closed:C)")
             configs = [with_load(c, bench) for c in configs]
+        if max_concurrency:
+            disaggregated = [c.name for c in configs if c.mode != "aggregated"]
+            if disaggregated:
+                fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
+            configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
         seed_list = list(range(seed, seed + seeds))
         total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
