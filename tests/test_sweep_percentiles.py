@@ -91,39 +91,41 @@ def test_percentiles_over_the_mix_decide_feasibility(tmp_path):
     np.testing.assert_array_equal(t2.sla_ok.to_numpy(), (t2.status < 16).to_numpy() & (t2.p90_ttft_ms <= lim).to_numpy())
 
 
-def test_judge_applies_the_sla_to_a_replayed_distribution():
-    from jaxsim.sla import SLA
+def test_judge_applies_the_sla_and_the_tolerance_to_a_replay():
+    from jaxsim.kernels import status as st
 
-    req = {"terminal": np.array(["completed"] * 10), "ttft_ms": np.arange(1.0, 11.0) * 100, "tpot_ms": np.full(10, 40.0),
-           "e2e_ms": np.arange(1.0, 11.0) * 1000}
-    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
-    assert m["p90_ttft_ms"] == np.percentile(np.arange(1.0, 11.0) * 100, 90) == 910.0
-    assert m["tokens_per_s_per_user"] == 25.0 and ok is False and "p90 TTFT 910.0 ms > 900.0" in why
-    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=910.0, min_tokens_per_s_per_user=20.0))
-    assert ok and why == ""
-    m, ok, why = judge(req, "completed", "", SLA(p90_ttft_ms=850.0, min_tokens_per_s_per_user=30.0))
-    assert not ok and "p90 TTFT 910.0 ms > 850.0" in why and "25.0 tok/s/user < 30.0" in why
-    req["terminal"][3] = "unfinished"
-    m, ok, why = judge(req, "stopped: x", "decode(batch=1, kv=5)", SLA())
-    assert not ok and "1 of 10 requests not completed" in why and "at decode(batch=1, kv=5)" in why
+    row = {"mean_ttft_ms": 500.0, "mean_tpot_ms": 40.0, "mean_e2e_ms": 5000.0, "output_tokens_per_s_per_gpu": 100.0,
+           "p90_ttft_ms": 880.0}
+    rep = {**row, "p90_ttft_ms": 910.0, "tokens_per_s_per_user": 25.0, **{k: 1.0 for k in ("median_ttft_ms", "p99_ttft_ms")}}
+    dev, ok, why = judge(rep, st.COMPLETED, "completed", "", row, SLA(p90_ttft_ms=900.0, min_tokens_per_s_per_user=20.0))
+    assert not ok and "replayed p90 TTFT 910.0 ms > 900.0" in why and dev["dev_p90_ttft_ms"] == pytest.approx(30 / 880)
+    dev, ok, why = judge(rep, st.COMPLETED, "completed", "", row, SLA(p90_ttft_ms=910.0, min_tokens_per_s_per_user=20.0))
+    assert ok and why == "" and dev["dev_mean_ttft_ms"] == 0.0
+    dev, ok, why = judge({**rep, "mean_ttft_ms": 700.0}, st.COMPLETED, "completed", "", row, SLA(min_tokens_per_s_per_user=30.0))
+    assert not ok and "25.0 tok/s/user < 30.0" in why and "differs from the row by more than 20%: mean TTFT +40%" in why
+    dev, ok, why = judge(rep, 17, "stopped: x", "decode(batch=1, kv=5)", row, SLA())
+    assert not ok and "stopped: x at decode(batch=1, kv=5)" in why
 
 
 def test_verify_top_replays_the_best_rows(tmp_path):
-    """One batched replay of the best configuration per workload; the verdict and why are written."""
+    """One batched replay of the best configuration per workload, at its own load (lengths from --trace
+    when given); the verdict and why are written."""
     trace = tmp_path / "t.csv"
     trace.write_text("arrival_ms,input_length,output_length\n0,4096,8\n50,4096,8\n")
-    rep, _ = _sweep(tmp_path, "p90_ttft_ms = 2000.0", "--verify-top", "1", "--trace", str(trace))
+    rep, _ = _sweep(tmp_path, "p90_ttft_ms = 2000.0", "--verify-top", "1", "--trace", str(trace), "--allow-unverified")
     v = rep["verified"]
     assert len(v) == 1 and v[0]["config_id"] == rep["top"][0]["config_id"]
-    assert v[0]["requests"] == 2 and isinstance(v[0]["verified"], bool)
-    assert v[0]["verified"] == (v[0]["why"] == "")
+    conc = rep["top"][0]["concurrency_target"] * rep["top"][0]["replicas"]
+    assert v[0]["requests"] == 10 * conc and v[0]["load"] == f"closed loop: {conc} clients, {10 * conc} prompts"
+    assert isinstance(v[0]["verified"], bool) and v[0]["verified"] == (v[0]["why"] == "")
     assert pq.read_table(rep["verified_output"]).num_rows == 1
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--verify-top", "2"], "--verify-top N and --trace TRACE go together"),
-    (["--verify-top", "0", "--trace", "mooncake_tiny"], "--verify-top: must be an integer >= 1"),
+    (["--trace", "mooncake_tiny"], "--trace gives --verify-top's request lengths; add --verify-top N"),
+    (["--verify-top", "0"], "--verify-top: must be an integer >= 1"),
     (["--verify-top", "1", "--trace", "nope.csv"], "nope.csv"),
+    (["--verify-top", "1", "--verify-tolerance", "0"], "--verify-tolerance: must be a positive number"),
 ])
 def test_verify_top_bad_input(tmp_path, args, needle):
     out = tmp_path / "o.parquet"

@@ -179,7 +179,11 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
         con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
                   "derived or modelled, not measured (speculative rows also depend on the stated acceptance); "
                   "check them with jaxsim profiles show PROFILE and docs/data-provenance.md")
-    rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
+    rate = f"{res.configs_per_s:,.{0 if res.configs_per_s >= 100 else 2}f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
+    rt = res.replay_timings
+    if rt:
+        rate += (f"; replays: compile {rt.get('compile_s', 0.0):.1f} s ({rt.get('compilations', 0)} compiled, "
+                 f"{rt.get('executables_loaded', 0)} loaded), run {rt.get('run_s', 0.0):.1f} s")
     con.print(
         f"results: {res.output}" + (f" and {res.csv}" if res.csv else "") + (f"; plot: {plot}" if plot else "")
         + f"\nvalidate {res.plan_s:.1f} s, compile {res.compile_s:.1f} s, evaluate {res.eval_s:.2f} s ({rate}, "
@@ -239,7 +243,7 @@ def _json(res, plot: Optional[Path], verified=None, vpath: Optional[Path] = None
     out.update(
         output=str(res.output), csv=str(res.csv) if res.csv else None, plot=str(plot) if plot else None,
         plan_s=res.plan_s, compile_s=res.compile_s, eval_s=res.eval_s, finalize_s=res.finalize_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
-        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused,
+        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused, replay_timings=res.replay_timings or None,
         top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
     )
     if verified is not None:

@@ -28,7 +28,7 @@ from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
 from jaxsim.replay.orchestrate import run_replays
-from jaxsim.replay.traces import Trace
+from jaxsim.replay.traces import Trace, request_bucket
 from jaxsim.sla import LATENCY_KEYS, SLA
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SweepPlan
@@ -156,13 +156,20 @@ class PointReplays:
     def tables(self) -> list:
         return common_tables(self.plan.tables) if self.plan.tables else []
 
+    @cached_property
+    def pad_to(self) -> int:
+        """Every point's requests padded to the plan's largest benchmark (one request bucket: one set of
+        compilations for the whole sweep; a pass costs the same at any padding)."""
+        bench = self.plan.spec.benchmark
+        return request_bucket(max(bench.load_model(int(c)).num_prompts for c in self.plan.spec.concurrency))
+
     def replayable(self, config_ids: np.ndarray) -> np.ndarray:
         """Which points a replay evaluates: aggregated ones (a closed loop, or an open loop capped at C,
         replays aggregated deployments only)."""
         b, _, _ = self.plan.decode_index(np.asarray(config_ids, np.int64))
         return self.plan.bindings.mode[b] == 0
 
-    def run(self, config_ids: Sequence[int]) -> list[dict]:
+    def run(self, config_ids: np.ndarray | Sequence[int]) -> list[dict]:
         """Replay each point (one :func:`run_replays` call); per point its metric columns with ``sla_ok``."""
         plan, bench = self.plan, self.plan.spec.benchmark
         ids = np.asarray(config_ids, np.int64)
@@ -179,7 +186,7 @@ class PointReplays:
                 traces[key] = point_trace(plan, int(cid), loads[int(ci)])
             configs.append(point_config(plan, int(cid), loads[int(ci)], tables=self.tables))
             point_traces.append(traces[key])
-        outcomes = run_replays(configs, point_traces, [bench.seed], chunk=self.chunk, timings=self.timings)
+        outcomes = run_replays(configs, point_traces, [bench.seed], chunk=self.chunk, pad_to=self.pad_to, timings=self.timings)
         B = plan.bindings.take(b)
         out = []
         for i, o in enumerate(outcomes):
@@ -188,9 +195,10 @@ class PointReplays:
             out.append(m)
         return out
 
-    def metrics(self, steady: ev.Metrics, start: int, stop: int) -> tuple[ev.Metrics, np.ndarray]:
-        """Configs [start, stop): the steady-state ``steady`` metrics (numpy, first ``stop - start`` rows)
-        with every replayable point's replaced by its replay, and each row's method (index into METHODS)."""
+    def metrics(self, steady: ev.Metrics, start: int, stop: int) -> tuple[dict, np.ndarray]:
+        """Configs [start, stop): the columns of the batched steady-state ``steady`` metrics (numpy, first
+        ``stop - start`` rows) with every replayable point's replaced by its replay, and each row's method
+        (index into METHODS)."""
         n = stop - start
         cols = {k: np.array(np.asarray(getattr(steady, k))[:n]) for k in steady.__dataclass_fields__}
         ids = np.arange(start, stop, dtype=np.int64)
@@ -199,4 +207,4 @@ class PointReplays:
         for pos, m in zip(np.flatnonzero(mask), self.run(ids[mask])):
             for k, v in m.items():
                 cols[k][pos] = v
-        return ev.Metrics(**cols), method
+        return cols, method

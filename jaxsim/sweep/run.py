@@ -89,6 +89,7 @@ class SweepResult:
     num_devices: int
     finished: bool = True
     plan: SweepPlan | None = field(default=None, repr=False)
+    replay_timings: dict = field(default_factory=dict)  # evaluate = "replay": compile_s, run_s, compilations, ...
 
     @property
     def configs_per_s(self) -> float:
@@ -155,8 +156,9 @@ def _dict_col(codes: np.ndarray, labels: Sequence[str] | pa.Array) -> pa.Diction
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary)
 
 
-def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics, method: np.ndarray | None = None) -> pa.Table:
-    """Inputs + metrics of configs [start, stop) as an arrow table (label columns dictionary-encoded);
+def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, method: np.ndarray | None = None) -> pa.Table:
+    """Inputs + metrics (a batched :class:`~jaxsim.sweep.evaluate.Metrics`, or its columns) of configs
+    [start, stop) as an arrow table (label columns dictionary-encoded);
     ``method``: per row, the index into :data:`~jaxsim.sweep.replayed.METHODS` of the evaluation that
     produced it (default: all steady state)."""
     n = stop - start
@@ -164,7 +166,7 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics, method: n
     out: dict[str, pa.Array] = {}
     for k, v in cols.items():
         out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "data_source", "system", "mode", "acceptance", "workload") else pa.array(v)
-    met = {k: np.asarray(getattr(m, k))[:n] for k in m.__dataclass_fields__}
+    met = {k: np.asarray(v)[:n] for k, v in (m.items() if isinstance(m, dict) else ((k, getattr(m, k)) for k in m.__dataclass_fields__))}
     out["status"] = pa.array(met["status"].astype(np.int32))
     out["status_name"] = _dict_col(met["status"], _STATUS_DICT)
     out["limit"] = _dict_col(met["limit"], _LIMIT_DICT)
@@ -395,6 +397,7 @@ def run_sweep(
     base = dict(
         output=output, csv=csv_path, compile_s=evaluator.compile_s, eval_s=eval_s, chunks_run=len(todo),
         chunks_reused=len(mine) - len(todo), num_devices=len(mesh_devices), plan=plan, plan_s=plan_s,
+        replay_timings=dict(replays.timings) if replays is not None else {},
     )
     if process_index != 0:
         return SweepResult(summary=summary, top=pa.table({}), pareto=pa.table({}), wall_s=time.perf_counter() - t_wall,
