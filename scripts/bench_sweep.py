@@ -55,7 +55,7 @@ def spec_for(n: int) -> dict:
         "speculation": {"nextn": ["profile"], "acceptance": acc},
         "scheduler": {"concurrency": [1]},
         "workload": WORKLOADS,
-        "sla": {"max_ttft_ms": 2000, "max_tpot_ms": 50},
+        "sla": {"mean_ttft_ms": 2000, "mean_tpot_ms": 50},
     }
     return d
 

@@ -268,11 +268,12 @@ osl = 10
     want = config_from_binding(bind(cfg))
     assert (got.decode.max_num_seqs, want.decode.max_num_seqs) == (8, 8)
     assert got.prefill.max_num_seqs == want.prefill.max_num_seqs == 1024  # the prefill role's recorded envelope
+    from jaxsim.replay.loads import open_loop
+    from jaxsim.sweep.replayed import point_config
     from jaxsim.sweep.spec import load_spec, plan_sweep
-    from jaxsim.sweep.verify import replay_config
 
-    verified = replay_config(plan_sweep(load_spec(spec)), 0)  # --verify-top: decode capped at concurrency 4
-    assert (verified.prefill.max_num_seqs, verified.decode.max_num_seqs) == (1024, 4)
+    verified = point_config(plan_sweep(load_spec(spec)), 0, open_loop(2.0, 40))  # --verify-top: an open loop at its rate
+    assert (verified.prefill.max_num_seqs, verified.decode.max_num_seqs) == (1024, 8)  # the envelope, not capped
     for pool in ("prefill", "decode"):
         g, w = getattr(got, pool), getattr(want, pool)
         assert (g.max_num_batched_tokens, g.block_size, g.num_gpu_blocks, g.replicas) == (

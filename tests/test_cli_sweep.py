@@ -112,7 +112,7 @@ def test_many_workloads_get_one_best_per_workload_table(tmp_path):
     same as the first row of its top table) instead of two tables each; --all-tables prints them all."""
     from jaxsim.cli.cmd_sweep import MAX_WORKLOAD_TABLES
 
-    d = spec_dict(workload=[{"name": "g", "isl": [128, 256, 512], "osl": [64, 128, 300]}], sla={"max_ttft_ms": 5000, "max_tpot_ms": 100})
+    d = spec_dict(workload=[{"name": "g", "isl": [128, 256, 512], "osl": [64, 128, 300]}], sla={"mean_ttft_ms": 5000, "mean_tpot_ms": 100})
     p = tmp_path / "many.toml"
     p.write_text(toml(d))
     r = runner.invoke(app, ["sweep", str(p), "-o", str(tmp_path / "r.parquet"), "--quiet", "--top", "3"])

@@ -431,7 +431,7 @@ def _spec(profile_dir: Path) -> dict:
         "serving": {"mode": ["aggregated"]},
         "scheduler": {"concurrency": list(range(1, 97))},
         "workload": [{"name": f"w{i}", "isl": [128 * (i + 1)], "osl": [64]} for i in range(12)],
-        "sla": {"max_ttft_ms": 800, "max_tpot_ms": 25},
+        "sla": {"mean_ttft_ms": 800, "mean_tpot_ms": 25},
     }
 
 
@@ -529,7 +529,7 @@ def test_cli_resume_over_a_truncated_chunk_exits_0_with_the_fresh_result(profile
     d = _spec(profile_copy)
     lines = [f'name = "{d["name"]}"', f"gpu_budget = {d['gpu_budget']}", "[[profile]]", f'name = "{profile_copy}"', 'label = "ar"',
              "[serving]", 'mode = ["aggregated"]', "[scheduler]", f"concurrency = {d['scheduler']['concurrency']}",
-             "[sla]", "max_ttft_ms = 800", "max_tpot_ms = 25"]
+             "[sla]", "mean_ttft_ms = 800", "mean_tpot_ms = 25"]
     for w in d["workload"]:
         lines += ["[[workload]]", f'name = "{w["name"]}"', f"isl = {w['isl']}", f"osl = {w['osl']}"]
     spec_path.write_text("\n".join(lines) + "\n")

@@ -77,7 +77,7 @@ def golden():
     (ar, _), (sd, _) = _golden("ar_core"), _golden("sd_k3")
     stack = rounds.stack_round_tables([ar, sd, _synthetic_table()])
     rt = ev.expected_rounds_table(jnp.asarray(RATES), jnp.asarray(RATES_K), M_MAX)
-    return SimpleNamespace(tables=[ar, sd], stack=stack, rt=rt, sla=ev.SLABounds.of(SLA(max_ttft_ms=2000.0, max_tpot_ms=60.0)))
+    return SimpleNamespace(tables=[ar, sd], stack=stack, rt=rt, sla=ev.SLABounds.of(SLA(mean_ttft_ms=2000.0, mean_tpot_ms=60.0)))
 
 
 CHUNK = jax.jit(ev.evaluate_chunk)
@@ -178,10 +178,10 @@ def test_single_request_matches_direct_kernel_calls(golden):
     kv = np.round(isl + ev.GL_NODES * (osl - 1)).astype(np.int64)
     dec = np.asarray(rounds.decode_batch(t, np.ones(kv.size, np.int64), kv)[0])
     round_ms = float(np.sum(ev.GL_WEIGHTS * dec))
-    np.testing.assert_allclose(np.asarray(m.ttft_ms), float(pre), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(m.mean_ttft_ms), float(pre), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(m.round_ms), round_ms, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(m.tpot_ms), round_ms, rtol=1e-12)  # AR: osl − 1 rounds for osl − 1 tokens
-    np.testing.assert_allclose(np.asarray(m.e2e_ms), float(pre) + (osl - 1) * round_ms, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(m.mean_tpot_ms), round_ms, rtol=1e-12)  # AR: osl − 1 rounds for osl − 1 tokens
+    np.testing.assert_allclose(np.asarray(m.mean_e2e_ms), float(pre) + (osl - 1) * round_ms, rtol=1e-12)
 
 
 def test_unsupported_points_are_flagged_not_dropped(golden):
@@ -195,7 +195,7 @@ def test_unsupported_points_are_flagged_not_dropped(golden):
     bad = st >= kst.FIRST_UNSUPPORTED
     assert bad[conc == 1000].all()
     assert (st[isl[:, 0] == 40000] == ev.REQUEST_EXCEEDS_CONTEXT).all()
-    for k in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "round_ms"):
+    for k in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "round_ms"):
         v = np.asarray(getattr(m, k))
         assert np.isnan(v[bad]).all(), k
         assert not np.isnan(v[~bad]).any(), k
@@ -259,9 +259,9 @@ def test_throughput_per_gpu_is_non_decreasing_in_acceptance(golden, d):
 @given(d=cfg_st)
 def test_tpot_is_at_least_round_time_over_max_tokens_per_round(golden, d):
     m = _pair(golden, d)
-    tpot, rnd = np.asarray(m.tpot_ms), np.asarray(m.round_ms)
+    tpot, rnd = np.asarray(m.mean_tpot_ms), np.asarray(m.round_ms)
     assert (tpot * (d["k"] + 1) >= rnd * (1 - 1e-12)).all()
     assert (np.asarray(m.tokens_per_round) <= d["k"] + 1 + 1e-12).all()
-    assert (np.asarray(m.ttft_ms) > 0).all()
+    assert (np.asarray(m.mean_ttft_ms) > 0).all()
     conc = np.asarray(m.concurrency)
     assert (conc <= d["conc"]).all() and (conc >= 1).all()

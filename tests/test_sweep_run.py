@@ -34,7 +34,7 @@ def spec_dict(**over) -> dict:
         "speculation": {"acceptance": [1.5, [0.8, 0.6, 0.4]]},
         "scheduler": {"concurrency": [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]},
         "workload": [{"name": "a", "isl": [128, 700], "osl": [64, 300]}, {"name": "m", "requests": [[256, 100, 1], [1500, 200, 1]]}],
-        "sla": {"max_ttft_ms": 800, "max_tpot_ms": 25},
+        "sla": {"mean_ttft_ms": 800, "mean_tpot_ms": 25},
     }
     d.update(over)
     return d
@@ -77,11 +77,11 @@ def test_every_valid_config_has_one_row_with_inputs_metrics_status(reference):
     assert t.num_rows == plan.num_configs == res.summary["configs_evaluated"]
     np.testing.assert_array_equal(t.column("config_id").to_numpy(), np.arange(plan.num_configs))
     for c in ("profile", "mode", "tp", "nextn", "acceptance", "concurrency_target", "workload", "isl_mean", "status", "status_name",
-              "ttft_ms", "tpot_ms", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "sla_ok", "on_pareto"):
+              "mean_ttft_ms", "mean_tpot_ms", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "sla_ok", "on_pareto"):
         assert c in t.column_names, c
     st = t.column("status").to_numpy()
     assert (st >= 16).any() and (st < 16).any()
-    assert np.isnan(t.column("ttft_ms").to_numpy()[st >= 16]).all()
+    assert np.isnan(t.column("mean_ttft_ms").to_numpy()[st >= 16]).all()
     names = t.column("status_name").to_pylist()
     assert names == [status.name(c) for c in st] and not any(n.startswith("unknown") for n in names)
     assert sum(res.summary["status_counts"].values()) == t.num_rows

@@ -24,7 +24,7 @@ def _spec(**over) -> dict:
         "speculation": {"nextn": ["profile", 2], "acceptance": [1.5, [0.8, 0.6, 0.4]]},
         "scheduler": {"concurrency": [1, 4, 16]},
         "workload": [{"name": "w", "isl": [256, 1024], "osl": 128}, {"name": "mix", "requests": [[512, 64, 1], [2048, 256, 3]]}],
-        "sla": {"max_ttft_ms": 1000, "max_tpot_ms": 40},
+        "sla": {"mean_ttft_ms": 1000, "mean_tpot_ms": 40},
     }
     d.update(over)
     return d
@@ -44,7 +44,7 @@ def test_parse_axes_and_defaults():
     assert [w.name for w in s.workloads] == ["w-256x128", "w-1024x128", "mix"]
     assert s.workloads[2].weight == (1.0, 3.0) and s.workloads[2].mean_isl == pytest.approx(0.25 * 512 + 0.75 * 2048)
     assert s.max_num_seqs == (None,) and s.max_num_batched_tokens == (None,)  # "recorded"
-    assert s.sla.max_tpot_ms == 40.0 and s.sla.min_tokens_per_s_per_user is None
+    assert s.sla.mean_tpot_ms == 40.0 and s.sla.min_tokens_per_s_per_user is None
     assert s.digest() == sp.spec_from_dict(_spec(), source="elsewhere.toml").digest()
     assert s.digest() != sp.spec_from_dict(_spec(block_size=32), source="t.toml").digest()
 
@@ -63,7 +63,8 @@ def test_parse_axes_and_defaults():
         ({"workload": [{"name": "a", "isl": 5, "osl": 5}, {"name": "a", "isl": 6, "osl": 6}]}, "workload: workload names must be unique"),
         ({"workload": [{"isl": 5}]}, "workload[0]"),
         ({"workload": [{"requests": [[5, 5]]}]}, "workload[0].requests[0]"),
-        ({"sla": {"max_ttft_ms": -1}}, "sla.max_ttft_ms"),
+        ({"sla": {"mean_ttft_ms": -1}}, "sla.mean_ttft_ms"),
+        ({"sla": {"max_ttft_ms": 5, "mean_ttft_ms": 5}}, "sla: max_ttft_ms and mean_ttft_ms name the same limit"),
         ({"profile": []}, "profile:"),
     ],
 )

@@ -16,7 +16,7 @@ import typer
 from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 from jaxsim.outputs import atomic_file
-from jaxsim.sla import SLA
+from jaxsim.sla import Goodput
 
 EXIT_INCOMPLETE = 3
 
@@ -46,7 +46,7 @@ Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake
 
 _COLUMNS = (
     "config", "seed", "request", "row", "arrival_ms", "sent_ms", "input_tokens", "output_tokens", "generated_tokens",
-    "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_rounds",
+    "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "decode_rounds",
     "preemptions", "admissions", "terminal", "reason", "status", "data_source",
 )
 _SUMMARY_KEYS = (
@@ -59,7 +59,7 @@ def configs_from_sweep(spec_path: Path):
     """One :class:`~jaxsim.replay.deployment.ReplayConfig` per valid binding of a sweep spec (its concurrency
     and workload axes are not used: the trace is the workload)."""
     from jaxsim.sweep.spec import load_spec, plan_sweep
-    from jaxsim.sweep.verify import binding_replay_config
+    from jaxsim.sweep.replayed import binding_config
 
     plan = plan_sweep(load_spec(spec_path))
     labels = plan.labels
@@ -73,7 +73,7 @@ def configs_from_sweep(spec_path: Path):
             + f" nextn={row.nextn} {labels['acceptance'][row.acceptance]} seqs={row.max_num_seqs}"
             + f" tokens={row.max_num_batched_tokens}"
         )
-        out.append(binding_replay_config(plan, b, name))
+        out.append(binding_config(plan, b, name))
     if not out:
         fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
     return out
@@ -175,6 +175,30 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     console().print(t)
 
 
+def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed):
+    """The requests to replay and their benchmark load (None: the trace's own arrivals, an open loop)."""
+    from jaxsim.replay.loads import Lengths, benchmark_trace, parse_load
+    from jaxsim.replay.traces import load_trace
+
+    if load is None:
+        given = [o for o, v in (("--isl", isl), ("--osl", osl), ("--range-ratio", range_ratio or None)) if v is not None]
+        if given:
+            fail(f"{given[0]} goes with --load (a benchmark load); a trace brings its own lengths")
+        if trace is None:
+            fail("give --trace TRACE or --load LOAD (a benchmark load: closed:C[:N], poisson:RATE[:N], gamma:RATE:N:BURSTINESS)")
+        return load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests), None
+    if time_scale != 1.0:
+        fail("--time-scale rescales a trace's arrivals; with --load the load sets them")
+    bench = parse_load(load, arrival_rule=arrival_rule)
+    if trace is not None:
+        if isl is not None or osl is not None or range_ratio:
+            fail("--isl/--osl/--range-ratio and --trace both give lengths; give one")
+        lengths = load_trace(trace, fmt=trace_format, max_requests=max_requests)
+    else:
+        lengths = Lengths(1024 if isl is None else isl, 128 if osl is None else osl, range_ratio, length_rule)
+    return benchmark_trace(bench, lengths, seed=seed), bench
+
+
 def register(app: typer.Typer) -> None:
     """Add ``jaxsim replay``."""
 
@@ -182,7 +206,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def replay_cmd(
         config: Optional[Path] = typer.Argument(None, help="Deployment config (TOML); omit with --sweep."),
-        trace: str = typer.Option(..., "--trace", "-t", help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name."),
+        trace: Optional[str] = typer.Option(None, "--trace", "-t", help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name; with --load, only its lengths are used."),
         output: Path = typer.Option(..., "--output", "-o", help="Per-request results (parquet)."),
         sweep: Optional[Path] = typer.Option(None, "--sweep", help="Sweep spec (TOML): replay every valid binding of it."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -192,6 +216,12 @@ def register(app: typer.Typer) -> None:
         trace_format: Optional[str] = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Keep the first N requests."),
+        load: Optional[str] = typer.Option(None, "--load", help="A benchmark load instead of the trace's arrivals (docs/benchmark-loads.md): closed:C[:N] (C clients, N prompts, default 10 x C, all C sent at t = 0, the next when one completes; vllm bench serve --max-concurrency C), poisson:RATE[:N] or gamma:RATE:N:BURSTINESS (open loop, requests/s, default N 1000). Lengths: --isl/--osl/--range-ratio, or --trace's requests in order."),
+        isl: Optional[int] = typer.Option(None, "--isl", help="--load: input tokens per request (default 1024, vllm bench serve's)."),
+        osl: Optional[int] = typer.Option(None, "--osl", help="--load: output tokens per request (default 128, vllm bench serve's)."),
+        range_ratio: float = typer.Option(0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."),
+        length_rule: str = typer.Option("vllm", "--length-rule", help="--load: whose random lengths: vllm or inferencex."),
+        arrival_rule: str = typer.Option("vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."),
         max_concurrency: int = typer.Option(0, "--max-concurrency", help="Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."),
         sla_ttft_ms: Optional[float] = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
@@ -203,7 +233,6 @@ def register(app: typer.Typer) -> None:
         t_start = time.perf_counter()
         from jaxsim.replay.deployment import config_from_binding
         from jaxsim.replay.orchestrate import run_replays
-        from jaxsim.replay.traces import load_trace
 
         if (config is None) == (sweep is None):
             fail("give a deployment CONFIG or --sweep SPEC (exactly one)")
@@ -218,13 +247,13 @@ def register(app: typer.Typer) -> None:
             if v is not None:
                 limits.check("ms", v, opt)
         tl_path = output.with_name(output.stem + ".timeline.parquet")
-        inputs = (config, sweep, trace)
+        inputs = (config, sweep, trace) if trace is not None else (config, sweep)
         refuse_overwrite(output, force, ("parquet",), inputs)
         if timeline:
             refuse_overwrite(tl_path, force, None, inputs)
-        sla = None
+        goodput = None
         if any(v is not None for v in (sla_ttft_ms, sla_tpot_ms, sla_e2e_ms)):
-            sla = SLA(max_ttft_ms=sla_ttft_ms, max_tpot_ms=sla_tpot_ms, max_e2e_ms=sla_e2e_ms)
+            goodput = Goodput(ttft_ms=sla_ttft_ms, tpot_ms=sla_tpot_ms, e2e_ms=sla_e2e_ms)
         if sweep is not None:
             configs = configs_from_sweep(sweep)
         else:
@@ -232,12 +261,19 @@ def register(app: typer.Typer) -> None:
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
+        tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
+                              arrival_rule, seed)
+        if bench is not None:
+            from jaxsim.replay.loads import with_load
+
+            if max_concurrency:
+                fail("--max-concurrency caps a trace's replay; with --load the load sets the concurrency (closed:C)")
+            configs = [with_load(c, bench) for c in configs]
         if max_concurrency:
             disaggregated = [c.name for c in configs if c.mode != "aggregated"]
             if disaggregated:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
-        tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests)
         seed_list = list(range(seed, seed + seeds))
         total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
@@ -247,10 +283,10 @@ def register(app: typer.Typer) -> None:
 
             with Progress(transient=True) as bar:
                 task = bar.add_task(f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays", total=total)
-                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, progress=lambda k: bar.advance(task, k),
+                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lambda k: bar.advance(task, k),
                                        timings=timings)
         else:
-            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, sla=sla, timings=timings)
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, timings=timings)
         t_results = time.perf_counter()
         summaries = _summaries(outcomes)
         _write(_table(outcomes), output, summaries)
@@ -261,10 +297,11 @@ def register(app: typer.Typer) -> None:
                 pq.write_table(_timeline_table(outcomes), f, compression="zstd")
         timings = _timings(timings, t_results, t_start)
         if as_json:
-            typer.echo(json.dumps({"trace": tr.name, "requests": len(tr), "output": str(output), "timings": timings,
+            typer.echo(json.dumps({"trace": tr.name, "load": bench.describe() if bench is not None else None, "requests": len(tr),
+                                   "output": str(output), "timings": timings,
                                    "replays": summaries}, indent=1))
         else:
-            _print_summary(summaries, tr.name, len(tr))
+            _print_summary(summaries, tr.name if bench is None else f"{bench.describe()}, {tr.source.split('; ')[1]}", len(tr))
             typer.echo(f"wrote {output}" + (f" and {tl_path}" if timeline else ""))
             typer.echo(f"time: {timings['total_s']:.2f} s = prepare {timings['prepare_s']:.2f} s + compile {timings['compile_s']:.2f} s "
                        f"({timings['compilations']} compiled, {timings['executables_loaded']} loaded from the executable cache) + "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -12,13 +13,24 @@ import typer
 
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
 
+EVALUATE = ("steady", "replay")  # jaxsim.sweep.spec.EVALUATE (not imported here: the CLI starts without JAX)
+EXIT_UNVERIFIED = 3
+
 SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
 
+With --evaluate replay (or evaluate = "replay" in the spec) every point is instead replayed under its benchmark load ([benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench serve), thousands of replays per compiled call; the method column says which evaluation produced each row (docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay differs.
+
 Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless --force. The model and the spec format: docs/sweep.md.
+
+Exit codes: 0 done; 2 bad input (nothing written); 3 --verify-top verified no row (results written; --allow-unverified exits 0).
 
 Examples:
 
   jaxsim sweep configs/quickstart.toml
+
+  jaxsim sweep configs/planner_qwen3_32b.toml --verify-top 2
+
+  jaxsim sweep configs/planner_qwen3_32b.toml --evaluate replay
 
   jaxsim sweep configs/quickstart.toml -o qs.parquet --csv --top 20 --plot pareto.png
 
@@ -50,25 +62,20 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         "nextn": r["nextn"],
         "acceptance": r["acceptance"] if r["nextn"] else "-",
         "conc": f"{r['concurrency']}/{r['concurrency_target']}",
-        "ttft_ms": _fmt(r["ttft_ms"]),
-        **{_pct_label(k): _fmt(r.get(_pct_column(k), float("nan"))) for k in pct_keys},
-        "tpot_ms": _fmt(r["tpot_ms"], 2),
+        "mean ttft": _fmt(r["mean_ttft_ms"]),
+        **{_stat_label(k): _fmt(r.get(k, float("nan"))) for k in pct_keys},
+        "mean tpot": _fmt(r["mean_tpot_ms"], 2),
         "tok/s/user": _fmt(r["tokens_per_s_per_user"]),
         "tok/s/gpu": _fmt(r["output_tokens_per_s_per_gpu"]),
         "req/s": _fmt(r["request_rate_per_s"], 2),
+        **({"method": r["method"]} if "method" in r else {}),
     }
 
 
-def _pct_label(key: str) -> str:
+def _stat_label(key: str) -> str:
     """``p90_ttft_ms`` → ``p90 ttft``."""
-    p, m, _ = key.split("_")
-    return f"{p} {m}"
-
-
-def _pct_column(key: str) -> str:
-    """SLA key ``p90_ttft_ms`` → result column ``ttft_p90_ms``."""
-    p, m, _ = key.split("_")
-    return f"{m}_{p}_ms"
+    stat, metric, _ = key.split("_")
+    return f"{stat} {metric}"
 
 
 def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = (), first=None, last=None):
@@ -155,18 +162,29 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
     if not top_rows:
         con.print("no configuration meets the SLA")
     sources = sorted({str(r.get("data_source", "measured")) for r in top_rows + front} - {"measured"})
+    methods = s.get("methods", {})
+    if methods.get("replay"):
+        con.print(f"evaluated by replay: {methods.get('replay', 0):,} rows, each its own benchmark ({res.plan.spec.benchmark.describe()}); "
+                  + (f"{methods['steady']:,} disaggregated rows by the steady state (closed-loop replay is aggregated-only); "
+                     if methods.get("steady") else "") + "column method")
     con.print(
         "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "
         "tp \"8 ep8\" = TP8 with the MoE experts over 8 GPUs (moe_tp 1 x moe_ep 8); "
-        "ttft_ms, tpot_ms = means over the workload mix; p50/p90/p99 columns = percentiles over the mix (constant queueing wait); "
-        "tok/s/user = 1000 / TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
-        "source = what the profile's numbers are (docs/sweep.md)"
+        + ("mean/pNN columns = statistics of the replayed requests (vLLM's definitions, numpy linear percentiles); "
+           if methods.get("replay") else
+           "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix (constant queueing wait); ")
+        + "tok/s/user = 1000 / mean TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
+        "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md)"
     )
     if sources:
         con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
                   "derived or modelled, not measured (speculative rows also depend on the stated acceptance); "
                   "check them with jaxsim profiles show PROFILE and docs/data-provenance.md")
-    rate = f"{res.configs_per_s:,.0f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
+    rate = f"{res.configs_per_s:,.{0 if res.configs_per_s >= 100 else 2}f} configs/s" if s["configs_evaluated_this_run"] else "all chunks reused"
+    rt = res.replay_timings
+    if rt:
+        rate += (f"; replays: compile {rt.get('compile_s', 0.0):.1f} s ({rt.get('compilations', 0)} compiled, "
+                 f"{rt.get('executables_loaded', 0)} loaded), run {rt.get('run_s', 0.0):.1f} s")
     con.print(
         f"results: {res.output}" + (f" and {res.csv}" if res.csv else "") + (f"; plot: {plot}" if plot else "")
         + f"\nvalidate {res.plan_s:.1f} s, compile {res.compile_s:.1f} s, evaluate {res.eval_s:.2f} s ({rate}, "
@@ -176,33 +194,43 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
 
 
 
-def _next(spec: Path, out: Path, verified) -> None:
+def _next(spec: Path, out: Path, verified, evaluate: str) -> None:
     """The command to run next."""
     if verified is None:
-        typer.echo(f"next: jaxsim sweep {spec} --output {out} --force --verify-top 3 --trace TRACE   "
-                   "(replay the best rows on a trace and apply the SLA to the replayed distribution)")
+        typer.echo(f"next: jaxsim sweep {spec} --output {out} --force --verify-top 3   "
+                   "(replay the best rows, each at its own load, and compare)"
+                   + ("" if evaluate == "replay" else "; or --evaluate replay (every row its own benchmark replay)"))
     elif verified.num_rows and not any(verified.column("verified").to_pylist()):
-        typer.echo(f"next: the replays above say why no row verified; inspect one with jaxsim replay (a deployment config "
-                   f"for that row) or plot the frontier with jaxsim plot pareto {out} --output pareto.png")
+        typer.echo(f"next: the replays above say why no row verified; evaluate every row by replay with jaxsim sweep {spec} "
+                   f"--evaluate replay, or plot the frontier with jaxsim plot pareto {out} --output pareto.png")
     else:
         typer.echo(f"next: jaxsim plot pareto {out} --output pareto.png   (the frontier), or jaxsim replay a verified "
                    "deployment with --timeline to see its KV use over time")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:+.0%}"
 
 
 def _report_verified(verified, trace, path: Path) -> None:
     from rich.table import Table
 
     con = console()
-    t = Table(title=f"replay verification on {trace.name} ({len(trace)} requests): the SLA applied to the replayed distribution",
-              title_justify="left")
-    for c in ("workload", "replay", "done", "TTFT p90", "TPOT mean", "E2E p99", "tok/s/user", "verified", "why"):
-        t.add_column(c, justify="right" if c in ("done", "TTFT p90", "TPOT mean", "E2E p99", "tok/s/user") else "left",
-                     overflow="fold")
+    lengths = f"lengths of {trace.name}" if trace is not None else "the row's workload lengths"
+    tol = verified.column("tolerance")[0].as_py() if verified.num_rows else 0.2
+    t = Table(title=f"replay verification: each row replayed at its own load ({lengths}); the SLA applied to the replayed "
+                    f"requests; deviations (replay - row) / row, agreement within {tol:.0%}", title_justify="left")
+    cols = ("workload", "replay", "load", "done", "mean ttft", "p90 ttft", "mean tpot", "tok/s/gpu", "dev ttft", "dev tpot",
+            "dev tok/s/gpu", "verified", "why")
+    num = {"done", "mean ttft", "p90 ttft", "mean tpot", "tok/s/gpu", "dev ttft", "dev tpot", "dev tok/s/gpu"}
+    for c in cols:
+        t.add_column(c, justify="right" if c in num else "left", overflow="fold")
+    nan = float("nan")
     for r in verified.to_pylist():
-        t.add_row(r["workload"], r["replay"], f"{r['completed']}/{r['requests']}", _fmt(r["ttft_p90_ms"] if r["ttft_p90_ms"] is not None else float("nan")),
-                  _fmt(r["tpot_mean_ms"] if r["tpot_mean_ms"] is not None else float("nan"), 2),
-                  _fmt(r["e2e_p99_ms"] if r["e2e_p99_ms"] is not None else float("nan")),
-                  _fmt(r["tokens_per_s_per_user"] if r["tokens_per_s_per_user"] is not None else float("nan")),
+        g = lambda k: nan if r.get(k) is None else r[k]  # noqa: E731
+        t.add_row(r["workload"], r["replay"], r["load"], f"{r['completed']}/{r['requests']}", _fmt(g("mean_ttft_ms")),
+                  _fmt(g("p90_ttft_ms")), _fmt(g("mean_tpot_ms"), 2), _fmt(g("output_tokens_per_s_per_gpu")),
+                  _pct(r.get("dev_mean_ttft_ms")), _pct(r.get("dev_mean_tpot_ms")), _pct(r.get("dev_output_tokens_per_s_per_gpu")),
                   "yes" if r["verified"] else "NO", r["why"] or "-")
     con.print(t)
     con.print(f"verification: {path}")
@@ -216,7 +244,7 @@ def _json(res, plot: Optional[Path], verified=None, vpath: Optional[Path] = None
     out.update(
         output=str(res.output), csv=str(res.csv) if res.csv else None, plot=str(plot) if plot else None,
         plan_s=res.plan_s, compile_s=res.compile_s, eval_s=res.eval_s, finalize_s=res.finalize_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
-        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused,
+        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused, replay_timings=res.replay_timings or None,
         top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
     )
     if verified is not None:
@@ -259,34 +287,44 @@ def register(app: typer.Typer) -> None:
         coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
         num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
         process_id: Optional[int] = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
-        verify_top: Optional[int] = typer.Option(None, "--verify-top", help="Replay the best N configurations per workload on --trace (one batched replay) and apply the SLA to the replayed distribution; writes OUTPUT with suffix .verified.parquet."),
-        trace: Optional[str] = typer.Option(None, "--trace", help="Trace for --verify-top: a file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name."),
+        evaluate: Optional[str] = typer.Option(None, "--evaluate", help="How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the spec's evaluate, else steady]."),
+        verify_top: Optional[int] = typer.Option(None, "--verify-top", help="Replay the best N rows per workload, each at its own load (aggregated: the benchmark at its concurrency per worker x its replicas; disaggregated: an open loop at its request rate), in one batched replay; compare the replayed statistics with the row's and apply the SLA; writes OUTPUT with suffix .verified.parquet."),
+        trace: Optional[str] = typer.Option(None, "--trace", help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own."),
+        verify_tolerance: float = typer.Option(0.2, "--verify-tolerance", help="--verify-top: the largest relative deviation (replay - row) / row of a compared statistic for a verified row (mean TTFT/TPOT/E2E, tok/s/GPU, the SLA's percentiles)."),
+        allow_unverified: bool = typer.Option(False, "--allow-unverified", help="--verify-top: exit 0 even when no row verifies (default: exit 3)."),
     ) -> None:
         from jaxsim.sweep import load_spec, run_sweep
 
         from jaxsim import limits
 
         limits.check("top", top, "--top")
-        if (verify_top is None) != (trace is None):
-            fail("--verify-top N and --trace TRACE go together")
+        if verify_top is None and trace is not None:
+            fail("--trace gives --verify-top's request lengths; add --verify-top N")
         if verify_top is not None:
             limits.check("top", verify_top, "--verify-top")
+        if not (math.isfinite(verify_tolerance) and verify_tolerance > 0):
+            fail(f"--verify-tolerance: must be a positive number (got {verify_tolerance})")
+        if evaluate is not None and evaluate not in EVALUATE:
+            fail(f"--evaluate: one of {', '.join(EVALUATE)} (got {evaluate!r})")
         if chunk_size < 1:
             fail(f"--chunk-size must be >= 1 (got {chunk_size})")
         if not spec.is_file():
             fail(f"{spec}: no such sweep spec")
         s = load_spec(spec)
+        if evaluate is not None:
+            s = dataclasses.replace(s, evaluate=evaluate)
         out = output or _free_default(spec.stem, force)
         if out.suffix.lower() != ".parquet":
             fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
-        inputs = (spec, trace)
+        inputs = (spec, trace) if trace is not None else (spec,)
         refuse_overwrite(out, force, None, inputs)
         vpath = out.with_name(out.stem + ".verified.parquet")
         tr = None
         if verify_top is not None:
+            refuse_overwrite(vpath, force, None, inputs)
+        if trace is not None:
             from jaxsim.replay.traces import load_trace
 
-            refuse_overwrite(vpath, force, None, inputs)
             tr = load_trace(trace)
         if csv:
             refuse_overwrite(out.with_suffix(".csv"), force, None, inputs)
@@ -314,11 +352,11 @@ def register(app: typer.Typer) -> None:
 
             plot_pareto(out, plot, title=f"jaxsim sweep {s.name}: throughput vs interactivity (SLA-feasible highlighted)")
         verified = None
-        if tr is not None:
+        if verify_top is not None:
             from jaxsim.outputs import write_table
             from jaxsim.sweep.verify import verify_top as run_verify
 
-            verified = run_verify(res.plan, res.top, tr, verify_top)
+            verified = run_verify(res.plan, res.top, verify_top, trace=tr, tolerance=verify_tolerance)
             write_table(verified, vpath, allowed=("parquet",))
         if as_json:
             typer.echo(_json(res, plot, verified, vpath))
@@ -326,4 +364,10 @@ def register(app: typer.Typer) -> None:
             _report(res, plot, max_pareto=10, sla=s.sla, all_tables=all_tables)
             if verified is not None:
                 _report_verified(verified, tr, vpath)
-            _next(spec, out, verified)
+            _next(spec, out, verified, s.evaluate)
+        if verified is not None and not any(verified.column("verified").to_pylist()):
+            what = "no row to verify (none is SLA-feasible)" if not verified.num_rows else f"none of the {verified.num_rows} replayed rows verified"
+            typer.echo(f"{'warning' if allow_unverified else 'unverified'}: --verify-top {verify_top}: {what}"
+                       + ("" if allow_unverified else f"; exit {EXIT_UNVERIFIED} (--allow-unverified exits 0)"), err=True)
+            if not allow_unverified:
+                raise typer.Exit(EXIT_UNVERIFIED)

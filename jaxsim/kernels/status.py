@@ -160,6 +160,8 @@ NAMES: dict[int, str] = {c: s.name for c, s in REGISTRY.items()}
 EXPLAIN: dict[int, str] = {c: s.explain for c, s in REGISTRY.items() if not s.answer}
 """Why a result is refused, per refusal code (answers are explained by :data:`REGISTRY`)."""
 _NAME_TABLE = np.array([NAMES.get(i, f"unknown:{i}") for i in range(NUM_CODES)], dtype=object)
+ANSWERS = np.array([REGISTRY[i].answer if i in REGISTRY else False for i in range(NUM_CODES)])
+"""``ANSWERS[code]``: the code's result holds usable values (a lookup answer, a capacity, a completed replay)."""
 
 
 def is_supported(code: np.ndarray | int | np.integer) -> np.ndarray | np.bool_:

@@ -1,12 +1,12 @@
-"""Replay metrics: per-request latencies and their aggregates (numpy, after the replay).
+"""Replay metrics: per-request latencies and their aggregates (numpy, after the replay), defined as
+``vllm bench serve`` defines them (``calculate_metrics`` in vLLM's ``vllm/benchmarks/serve.py``;
+docs/benchmark-loads.md).
 
-Per request: TTFT = first token - send; TTST = second token - first token; ITL = TPOT =
-(last - first) / (generated - 1); E2E = last token - send. The send is the arrival in an open loop;
-in a closed loop (``max_concurrency``) it is when the client's semaphore let the request go (vLLM's
-benchmark measures TTFT from there too). Aggregates follow the reference's
-prediction.json: nearest-rank percentiles at index round(q·(n-1)), ``duration_ms`` from the first
-arrival to the last token, token throughputs over that duration. Token-gap ITL statistics (gaps inside a
-speculative burst are 0) are given as mean/std; goodput counts completed requests meeting an SLA.
+Per request: TTFT = first token - send; TTST = second token - first token; TPOT = (E2E - TTFT) /
+(output tokens - 1) = (last - first) / (generated - 1), for requests with more than one output token;
+E2E = last token - send. The send is the arrival in an open loop; in a closed loop (``max_concurrency``)
+it is when the client's semaphore let the request go (vLLM's benchmark measures TTFT from there too).
+Aggregates (:func:`aggregate`) use :mod:`jaxsim.stats`: NumPy's "linear" percentiles and vLLM's key names.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Mapping
 import numpy as np
 
 from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, TIMELINE_FIELDS, ReplayResult
-from jaxsim.sla import SLA
+from jaxsim.sla import Goodput
+from jaxsim.stats import latency_stats
 
-PERCENTILES = (("median", 0.5), ("p75", 0.75), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99))
-LATENCY_METRICS = ("ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms")
+LATENCY_METRICS = ("ttft", "ttst", "tpot", "e2e")
+"""Per-request latency columns (``<metric>_ms``) a summary gives statistics of (ITL is pooled, apart)."""
 
 
 def per_request(
@@ -40,7 +41,7 @@ def per_request(
     done = r["terminal"][sl] == DONE
     with np.errstate(invalid="ignore", divide="ignore"):
         steps = np.where(gen > 1, gen - 1, np.nan)
-        itl = (last - first) / steps
+        tpot = (last - first) / steps
     nan = np.nan
     return {
         "request": np.arange(n),
@@ -53,8 +54,7 @@ def per_request(
         "last_token_ms": last,
         "ttft_ms": first - sent,
         "ttst_ms": second - first,
-        "itl_ms": itl,
-        "tpot_ms": itl,
+        "tpot_ms": tpot,
         "e2e_ms": np.where(done, last - sent, nan),
         "decode_rounds": r["decode_rounds"][sl].astype(np.int64),
         "preemptions": r["preemptions"][sl].astype(np.int64),
@@ -64,41 +64,31 @@ def per_request(
     }
 
 
-def percentile(values: np.ndarray, q: float) -> float:
-    """Nearest-rank percentile at sorted index round_half_up(q·(n-1)) (NaN when empty)."""
-    v = np.sort(np.asarray(values, dtype=np.float64)[~np.isnan(values)])
-    if v.size == 0:
-        return float("nan")
-    return float(v[int(math.floor(q * (v.size - 1) + 0.5))])
+def aggregate(req: Mapping[str, np.ndarray], goodput: Goodput | None = None) -> dict[str, float]:
+    """Replay-level metrics from :func:`per_request` columns, as ``vllm bench serve`` reports them
+    (:mod:`jaxsim.stats` names and percentiles) over the completed requests:
 
-
-def summarize(values: np.ndarray) -> dict[str, float]:
-    """mean / min / max / std and the standard percentiles of the non-NaN values."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    out = {"mean": float(v.mean()) if v.size else float("nan")}
-    out["min"] = float(v.min()) if v.size else float("nan")
-    out["max"] = float(v.max()) if v.size else float("nan")
-    out["std"] = float(v.std()) if v.size else float("nan")
-    for name, q in PERCENTILES:
-        out[name] = percentile(v, q)
-    return out
-
-
-def aggregate(req: Mapping[str, np.ndarray], sla: SLA | None = None) -> dict[str, float]:
-    """Replay-level metrics from :func:`per_request` columns."""
+    * TTFT, TPOT (requests with more than one output token), TTST and E2E: mean, median, std, min, max
+      and p50/p75/p90/p95/p99 (``mean_ttft_ms``, ``p99_tpot_ms``, ...);
+    * ITL, all inter-token gaps of all requests pooled, one gap per emission as a streaming client sees
+      them (a speculative burst arrives as one chunk): ``mean_itl_ms`` and ``std_itl_ms`` (exact, from
+      the engine's per-request gap sums); the reference's token-gap ITL (a burst's inner gaps are 0):
+      ``mean_token_gap_ms``, ``std_token_gap_ms``;
+    * ``duration_ms`` from the first send to the last completion; request, input, output and total
+      token throughputs over it; ``goodput`` (optional): requests meeting every per-request limit.
+    """
     done = req["terminal"] == TERMINAL_NAMES[DONE]
     rejected = req["terminal"] == TERMINAL_NAMES[REJECTED]
-    arr = req["arrival_ms"]
+    sent = req["sent_ms"] if "sent_ms" in req else req["arrival_ms"]
     out: dict[str, float] = {
-        "num_requests": float(arr.size),
+        "num_requests": float(sent.size),
         "completed_requests": float(done.sum()),
         "rejected_requests": float(rejected.sum()),
         "total_input_tokens": float(req["input_tokens"][done].sum()),
         "total_output_tokens": float(req["generated_tokens"][done].sum()),
     }
     end = float(np.max(req["last_token_ms"][done])) if done.any() else float("nan")
-    start = float(np.min(arr)) if arr.size else float("nan")
+    start = float(np.nanmin(sent)) if np.isfinite(sent).any() else float("nan")
     duration = end - start
     out["duration_ms"] = duration
     secs = duration / 1000.0 if duration > 0 else float("nan")
@@ -107,29 +97,31 @@ def aggregate(req: Mapping[str, np.ndarray], sla: SLA | None = None) -> dict[str
     out["output_throughput_tok_s"] = out["total_output_tokens"] / secs
     out["total_throughput_tok_s"] = (out["total_input_tokens"] + out["total_output_tokens"]) / secs
     for metric in LATENCY_METRICS:
-        vals = np.where(done, req[metric], np.nan)
-        for stat, v in summarize(vals).items():
-            out[f"{stat}_{metric}"] = v
-    # token-gap ITL (a burst's tokens share one timestamp, so its inner gaps are 0)
-    gen = req["generated_tokens"][done]
-    gaps = float(np.sum(gen - 1)) if done.any() else 0.0
+        out.update(latency_stats(np.where(done, req[f"{metric}_ms"], np.nan), metric))
     span = float(np.sum((req["last_token_ms"] - req["first_token_ms"])[done]))
-    mean_gap = span / gaps if gaps > 0 else float("nan")
-    out["mean_token_gap_ms"] = mean_gap
-    out["std_token_gap_ms"] = (
-        math.sqrt(max(float(np.sum(req["token_gap_sq_ms2"][done])) / gaps - mean_gap * mean_gap, 0.0)) if gaps > 0 else float("nan")
-    )
+    sq = float(np.sum(req["token_gap_sq_ms2"][done]))
+    out["mean_itl_ms"], out["std_itl_ms"] = _pooled_gaps(span, sq, float(np.sum(req["decode_rounds"][done])))
+    out["mean_token_gap_ms"], out["std_token_gap_ms"] = _pooled_gaps(span, sq, float(np.sum(req["generated_tokens"][done] - 1)))
     out["preemptions"] = float(req["preemptions"].sum())
     out["decode_rounds"] = float(req["decode_rounds"].sum())
-    if sla is not None:
-        ok = done.copy()  # a request meets the SLA when it completed and each of its own latencies does
-        for name, bound in sla.request_limits().items():
+    if goodput is not None:
+        ok = done.copy()  # a request counts when it completed and each of its own latencies meets its limit
+        for name, bound in goodput.limits().items():
             v = req[name]
             ok &= np.where(np.isnan(v), name == "tpot_ms", v <= bound)
         out["goodput_requests"] = float(ok.sum())
         out["goodput_rps"] = float(ok.sum()) / secs
-        out["goodput_fraction"] = float(ok.sum()) / arr.size if arr.size else float("nan")
+        out["goodput_fraction"] = float(ok.sum()) / sent.size if sent.size else float("nan")
     return out
+
+
+def _pooled_gaps(span_ms: float, sq_ms2: float, gaps: float) -> tuple[float, float]:
+    """Mean and (population) std of pooled gaps from their sum, sum of squares and count; any gap not
+    counted among the emissions is 0 (a burst's inner tokens)."""
+    if gaps <= 0:
+        return float("nan"), float("nan")
+    mean = span_ms / gaps
+    return mean, math.sqrt(max(sq_ms2 / gaps - mean * mean, 0.0))
 
 
 def timeline_table(result: ReplayResult) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
 from jaxsim.replay.runner import ReplayItem, run_items
 from jaxsim.replay.traces import Trace, request_bucket
+from jaxsim.sla import Goodput
 
 _FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds", "preemptions",
            "admissions", "token_gap_sq_ms2", "terminal", "sent_ms")
@@ -45,6 +46,7 @@ class Stage:
     materialized: bool  # requests arrive with their prompt KV present (a decode pool)
     max_passes: int
     max_concurrency: int = 0  # closed loop, per replica (ReplayConfig.max_concurrency)
+    pad_to: int = 0  # requests per replica padded to at least this (stages of different sizes then share compilations)
 
     @cached_property
     def parts(self) -> list[np.ndarray]:
@@ -54,11 +56,12 @@ class Stage:
 
     @cached_property
     def items(self) -> list[ReplayItem]:
-        size = request_bucket(max(p.size for p in self.parts))
+        size = max(request_bucket(max(p.size for p in self.parts)), int(self.pad_to))
         params = self.pool.params(self.nextn, self.accept_rates, self.max_passes, self.max_concurrency)
         key = jax.random.fold_in(jax.random.PRNGKey(int(self.seed)), self.stream)
         stochastic = is_stochastic(np.asarray(self.accept_rates)[: self.nextn])
-        slots = slot_bucket(self.pool.max_num_seqs)
+        # a closed loop never runs more than its clients: no slot capacity above them is needed
+        slots = slot_bucket(min(self.pool.max_num_seqs, self.max_concurrency or self.pool.max_num_seqs))
         return [ReplayItem(params, self._requests(idx, size), jax.random.fold_in(key, r), slots, stochastic)
                 for r, idx in enumerate(self.parts)]
 
@@ -114,6 +117,7 @@ class _Job:
 
     config: ReplayConfig
     seed: int
+    trace: Trace
     first: StageRun
     decode: DecodeStage | None = None
 
@@ -122,14 +126,14 @@ def _max_passes(trace: Trace) -> int:
     return int(16 * (int(trace.output_tokens.sum()) + int(trace.input_tokens.sum() // 16) + len(trace)) + 1000)
 
 
-def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int) -> Stage:
+def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int, pad_to: int = 0) -> Stage:
     """The aggregated pool, or the prefill pool (each request computes its prompt and first token)."""
     pool, out = (c.aggregated, trace.output_tokens) if c.mode == "aggregated" else (c.prefill, np.ones_like(trace.output_tokens))
     return Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
-                 materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency))
+                 materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency), pad_to=pad_to)
 
 
-def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int) -> DecodeStage:
+def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int, pad_to: int = 0) -> DecodeStage:
     """Requests prefilled to completion reach the decode pool after their KV transfer, prompt cached."""
     pre = prefill.columns(len(trace))
     ready = pre["terminal"] == DONE
@@ -140,7 +144,7 @@ def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, m
     stage = None
     if order.size:
         stage = Stage(c.decode, c.nextn, c.accept_rates, arrival[order], trace.input_tokens[order], trace.output_tokens[order],
-                      seed, stream=1, materialized=True, max_passes=max_passes)
+                      seed, stream=1, materialized=True, max_passes=max_passes, pad_to=pad_to)
     return DecodeStage(pre, order, StageRun(stage))
 
 
@@ -181,7 +185,8 @@ def _worst(results: list[ReplayResult]) -> tuple[int, tuple | None]:
     return COMPLETED, None
 
 
-def _outcome(job: _Job, trace: Trace, timeline: bool, sla: metrics.SLA | None) -> ReplayOutcome:
+def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcome:
+    trace = job.trace
     n = len(trace)
     if job.decode is None:
         cols, results = job.first.columns(n), job.first.results
@@ -191,40 +196,49 @@ def _outcome(job: _Job, trace: Trace, timeline: bool, sla: metrics.SLA | None) -
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
-    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, sla), timelines, failed)
+    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, goodput), timelines, failed)
 
 
 def run_replays(
     configs: Sequence[ReplayConfig],
-    trace: Trace,
+    trace: Trace | Sequence[Trace],
     seeds: Sequence[int] = (0,),
     *,
     timeline: bool = False,
     timeline_len: int | None = None,
     chunk: int | None = 256,
-    sla: metrics.SLA | None = None,
+    goodput: Goodput | None = None,
+    pad_to: int = 0,
     progress=None,
     timings: dict | None = None,
 ) -> list[ReplayOutcome]:
-    """Replay ``trace`` for every configuration and seed; one compiled call per group of static shapes.
+    """Replay ``trace`` (one for all, or one per configuration) for every configuration and seed; one
+    compiled call per group of static shapes (configurations whose traces fall in one request bucket share
+    their calls).
 
     ``progress(k)`` (optional) is called after every batch of ``k`` replicas has finished. With
     ``timeline``, each worker keeps its first ``timeline_len`` passes (default: a bucket above the
-    trace's output tokens plus four passes per request, at most 2**18). ``timings`` (optional dict)
-    accumulates ``compile_s`` (lowering + XLA compilation, or an executable-cache load), ``run_s``,
-    ``compilations`` and ``executables_loaded``.
+    longest trace's output tokens plus four passes per request, at most 2**18). ``goodput`` (optional):
+    per-request limits counted in each summary. ``pad_to``: every replica's requests padded to at least
+    this many (traces of different lengths then share one set of compilations). ``timings`` (optional dict) accumulates ``compile_s``
+    (lowering + XLA compilation, or an executable-cache load), ``run_s``, ``compilations`` and
+    ``executables_loaded``.
     """
     ensure_x64()
+    traces = [trace] * len(configs) if isinstance(trace, Trace) else list(trace)
+    if len(traces) != len(configs):
+        raise ValueError(f"{len(traces)} traces for {len(configs)} configurations")
     if timeline_len is None:
-        timeline_len = min(request_bucket(int(trace.output_tokens.sum()) + 4 * len(trace)), 1 << 18)
+        timeline_len = min(max((request_bucket(int(t.output_tokens.sum()) + 4 * len(t)) for t in traces), default=16), 1 << 18)
     run = dict(timeline_len=int(timeline_len) if timeline else 0, chunk=chunk, progress=progress, timings=timings)
-    max_passes = _max_passes(trace)
-    jobs = [_Job(c, int(s), StageRun(_first_stage(c, int(s), trace, max_passes))) for c in configs for s in seeds]
+    passes = {id(t): _max_passes(t) for t in traces}
+    jobs = [_Job(c, int(s), t, StageRun(_first_stage(c, int(s), t, passes[id(t)], pad_to))) for c, t in zip(configs, traces)
+            for s in seeds]
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
     _run_stages([j.first for j in jobs], **run)
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":
-            j.decode = _decode_stage(j.config, j.seed, trace, j.first, max_passes)
+            j.decode = _decode_stage(j.config, j.seed, j.trace, j.first, passes[id(j.trace)], pad_to)
     _run_stages([j.decode.run for j in jobs if j.decode is not None], **run)
-    return [_outcome(j, trace, run["timeline_len"] > 0, sla) for j in jobs]
+    return [_outcome(j, run["timeline_len"] > 0, goodput) for j in jobs]

@@ -207,8 +207,11 @@ class _CapacityGroup:
         self.chunk, self.timeline_len = chunk, int(timeline_len)
         members = [items[i] for i in indices]
         self.replays = []
+        # a large group climbs one ladder of capacities (up to its largest bucket): a replay that needs fewer
+        # slots finishes low on it, and the group needs one executable per rung, not per bucket
+        top = max(items[i].slots for i in indices)
         for position, index in enumerate(indices):
-            caps = capacities(items[index].slots, len(indices))
+            caps = capacities(top if len(indices) >= ADAPTIVE_MIN_ITEMS else items[index].slots, len(indices))
             self.replays.append(_GroupReplay(index=index, position=position, capacities=caps, capacity=caps[0]))
         table_ids = {id(it.params.table) for it in members}
         self.shared_table = len(table_ids) == 1

@@ -33,7 +33,7 @@ from jaxsim.kernels.rounds import (
     decode_latency_ms,
     scheduler_pass_latency_ms,
 )
-from jaxsim.sla import PERCENTILE_KEYS, PERCENTILE_METRICS, PERCENTILES, SLA
+from jaxsim.sla import LATENCY_KEYS, LATENCY_METRICS, LIMIT_QUANTILES, LIMIT_STATS, SLA
 
 # What bounds the effective concurrency.
 LIMIT_NAMES = ("concurrency", "max_num_seqs", "kv_pool", "token_budget")
@@ -81,19 +81,19 @@ class SLABounds(eqx.Module):
     """A :class:`~jaxsim.sla.SLA` as traced float64 scalars, field for field (``inf``, or 0 for the
     minimum per-user rate, where the SLA states no limit). Percentile limits are over the workload mix."""
 
-    max_ttft_ms: Float64[Array, ""]
-    max_tpot_ms: Float64[Array, ""]
-    min_tokens_per_s_per_user: Float64[Array, ""]
-    max_e2e_ms: Float64[Array, ""]
-    p50_ttft_ms: Float64[Array, ""]
+    mean_ttft_ms: Float64[Array, ""]
+    median_ttft_ms: Float64[Array, ""]
     p90_ttft_ms: Float64[Array, ""]
     p99_ttft_ms: Float64[Array, ""]
-    p50_tpot_ms: Float64[Array, ""]
+    mean_tpot_ms: Float64[Array, ""]
+    median_tpot_ms: Float64[Array, ""]
     p90_tpot_ms: Float64[Array, ""]
     p99_tpot_ms: Float64[Array, ""]
-    p50_e2e_ms: Float64[Array, ""]
+    mean_e2e_ms: Float64[Array, ""]
+    median_e2e_ms: Float64[Array, ""]
     p90_e2e_ms: Float64[Array, ""]
     p99_e2e_ms: Float64[Array, ""]
+    min_tokens_per_s_per_user: Float64[Array, ""]
 
     @staticmethod
     def of(sla: SLA | None = None) -> "SLABounds":
@@ -102,15 +102,21 @@ class SLABounds(eqx.Module):
         unset = lambda k: 0.0 if k == "min_tokens_per_s_per_user" else float("inf")  # noqa: E731
         return SLABounds(**{k: jnp.float64(unset(k) if v is None else v) for k, v in vars(sla).items()})
 
-    def percentile_ms(self) -> Float64[Array, "3 3"]:
-        """The percentile limits as ``[metric, p]`` (metrics ttft/tpot/e2e × p50/p90/p99)."""
-        return jnp.stack([getattr(self, k) for k in PERCENTILE_KEYS]).reshape(len(PERCENTILE_METRICS), len(PERCENTILES))
+    def latency_ms(self) -> Float64[Array, "3 4"]:
+        """The latency limits as ``[metric, stat]`` (metrics ttft/tpot/e2e × mean/median/p90/p99)."""
+        return jnp.stack([getattr(self, k) for k in LATENCY_KEYS]).reshape(len(LATENCY_METRICS), len(LIMIT_STATS))
+
+
+PERCENTILES = tuple(LIMIT_QUANTILES.values())
+"""The percentiles of the mix the sweep reports (median, p90, p99)."""
 
 
 def weighted_percentiles(values: Float64[Array, " W"], weights: Float64[Array, " W"]) -> Float64[Array, " 3"]:
-    """p50/p90/p99 of a discrete distribution: value ``values[i]`` with probability ``weights[i]``
+    """Median/p90/p99 of a discrete distribution: value ``values[i]`` with probability ``weights[i]``
     (normalised here; zero-weight entries ignored). The p-th percentile is the smallest value whose
-    cumulative probability reaches p (the inverse CDF, no interpolation between classes)."""
+    cumulative probability reaches p: the inverse CDF, no interpolation between classes. It is the limit
+    of NumPy's ``"linear"`` percentile (:data:`jaxsim.stats.PERCENTILE_METHOD`) of a large sample drawn
+    from the mix (docs/sweep.md)."""
     v = jnp.where(weights > 0, values, jnp.inf)
     order = jnp.argsort(v)
     cw = jnp.cumsum(jnp.maximum(weights, 0.0)[order])
@@ -121,7 +127,8 @@ def weighted_percentiles(values: Float64[Array, " W"], weights: Float64[Array, "
 
 
 class Metrics(eqx.Module):
-    """Steady-state metrics of one configuration (means over its workload mix; NaN when unsupported)."""
+    """Steady-state metrics of one configuration (NaN when unsupported): latency statistics over its
+    workload mix, named as :mod:`jaxsim.stats` names them (``mean_ttft_ms``, ``p90_ttft_ms``, ...)."""
 
     status: Int32[Array, ""]
     limit: Int32[Array, ""]
@@ -132,21 +139,21 @@ class Metrics(eqx.Module):
     prefill_chunks: Float64[Array, ""]
     rounds: Float64[Array, ""]
     tokens_per_round: Float64[Array, ""]
-    ttft_ms: Float64[Array, ""]
-    tpot_ms: Float64[Array, ""]
-    e2e_ms: Float64[Array, ""]
     request_rate_per_s: Float64[Array, ""]
     output_tokens_per_s_per_gpu: Float64[Array, ""]
     tokens_per_s_per_user: Float64[Array, ""]
-    ttft_p50_ms: Float64[Array, ""]
-    ttft_p90_ms: Float64[Array, ""]
-    ttft_p99_ms: Float64[Array, ""]
-    tpot_p50_ms: Float64[Array, ""]
-    tpot_p90_ms: Float64[Array, ""]
-    tpot_p99_ms: Float64[Array, ""]
-    e2e_p50_ms: Float64[Array, ""]
-    e2e_p90_ms: Float64[Array, ""]
-    e2e_p99_ms: Float64[Array, ""]
+    mean_ttft_ms: Float64[Array, ""]
+    median_ttft_ms: Float64[Array, ""]
+    p90_ttft_ms: Float64[Array, ""]
+    p99_ttft_ms: Float64[Array, ""]
+    mean_tpot_ms: Float64[Array, ""]
+    median_tpot_ms: Float64[Array, ""]
+    p90_tpot_ms: Float64[Array, ""]
+    p99_tpot_ms: Float64[Array, ""]
+    mean_e2e_ms: Float64[Array, ""]
+    median_e2e_ms: Float64[Array, ""]
+    p90_e2e_ms: Float64[Array, ""]
+    p99_e2e_ms: Float64[Array, ""]
     sla_ok: Bool[Array, ""]
 
 
@@ -430,8 +437,8 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
         return jnp.where(ok, v, jnp.nan)
 
     pct = mix_percentiles(served.ttft_w, tpot_w, served.ttft_w + decode_w, w, gen > 0)
-    sla_ok = (ok & (ttft <= sla.max_ttft_ms) & (tpot <= sla.max_tpot_ms) & (tps_user >= sla.min_tokens_per_s_per_user)
-              & (e2e <= sla.max_e2e_ms) & jnp.all(pct <= sla.percentile_ms()))
+    lat = jnp.concatenate([jnp.stack([ttft, tpot, e2e])[:, None], pct], axis=1)  # [metric, stat] as LATENCY_KEYS
+    sla_ok = ok & (tps_user >= sla.min_tokens_per_s_per_user) & jnp.all(lat <= sla.latency_ms())
     return Metrics(
         status=status,
         limit=limit,
@@ -442,15 +449,10 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
         prefill_chunks=p.c_bar,
         rounds=mix.r_bar,
         tokens_per_round=jnp.sum(w * gen) / jnp.maximum(mix.r_bar, 1e-300),
-        ttft_ms=nan(ttft),
-        tpot_ms=nan(tpot),
-        e2e_ms=nan(e2e),
         request_rate_per_s=nan(rate_s),
         output_tokens_per_s_per_gpu=nan(rate_s * out_tok / serving_gpus(cfg, disagg)),
         tokens_per_s_per_user=nan(tps_user),
-        ttft_p50_ms=nan(pct[0, 0]), ttft_p90_ms=nan(pct[0, 1]), ttft_p99_ms=nan(pct[0, 2]),
-        tpot_p50_ms=nan(pct[1, 0]), tpot_p90_ms=nan(pct[1, 1]), tpot_p99_ms=nan(pct[1, 2]),
-        e2e_p50_ms=nan(pct[2, 0]), e2e_p90_ms=nan(pct[2, 1]), e2e_p99_ms=nan(pct[2, 2]),
+        **{k: nan(lat[i // len(LIMIT_STATS), i % len(LIMIT_STATS)]) for i, k in enumerate(LATENCY_KEYS)},
         sla_ok=sla_ok,
     )
 

@@ -41,21 +41,24 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import stack_round_tables
 from jaxsim.outputs import MARKER, atomic_file, is_jaxsim_dir, write_marker
+from jaxsim.sla import LATENCY_KEYS
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep import resume as rs
 from jaxsim.sweep.frontier import pareto_mask
+from jaxsim.sweep.replayed import METHODS, PointReplays
 from jaxsim.sweep.spec import SpecError, SweepPlan, SweepSpec, load_spec, plan_sweep
 
 DEFAULT_CHUNK_SIZE = 1 << 16
+REPLAY_CHUNK_SIZE = 4096
+"""At most this many configs per chunk when points are evaluated by replay (each keeps its requests until
+its chunk is written)."""
 MIN_CHUNK_SIZE = 256
 WORK_SUFFIX = ".work"
 FORMAT = "jaxsim-sweep-v1"
 METRIC_COLUMNS = (
     "status", "status_name", "limit", "concurrency", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
-    "rounds", "tokens_per_round", "ttft_ms", "tpot_ms", "e2e_ms", "request_rate_per_s",
-    "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", "total_output_tokens_per_s",
-    "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms",
-    "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms", "sla_ok",
+    "rounds", "tokens_per_round", "request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
+    "total_output_tokens_per_s", *LATENCY_KEYS, "sla_ok",
 )
 _STATUS_DICT = pa.array(st.name_table(), pa.string())
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
@@ -86,6 +89,7 @@ class SweepResult:
     num_devices: int
     finished: bool = True
     plan: SweepPlan | None = field(default=None, repr=False)
+    replay_timings: dict = field(default_factory=dict)  # evaluate = "replay": compile_s, run_s, compilations, ...
 
     @property
     def configs_per_s(self) -> float:
@@ -152,14 +156,17 @@ def _dict_col(codes: np.ndarray, labels: Sequence[str] | pa.Array) -> pa.Diction
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary)
 
 
-def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics) -> pa.Table:
-    """Inputs + metrics of configs [start, stop) as an arrow table (label columns dictionary-encoded)."""
+def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, method: np.ndarray | None = None) -> pa.Table:
+    """Inputs + metrics (a batched :class:`~jaxsim.sweep.evaluate.Metrics`, or its columns) of configs
+    [start, stop) as an arrow table (label columns dictionary-encoded);
+    ``method``: per row, the index into :data:`~jaxsim.sweep.replayed.METHODS` of the evaluation that
+    produced it (default: all steady state)."""
     n = stop - start
     cols = plan.input_columns(np.arange(start, stop, dtype=np.int64))
     out: dict[str, pa.Array] = {}
     for k, v in cols.items():
         out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "data_source", "system", "mode", "acceptance", "workload") else pa.array(v)
-    met = {k: np.asarray(getattr(m, k))[:n] for k in m.__dataclass_fields__}
+    met = {k: np.asarray(v)[:n] for k, v in (m.items() if isinstance(m, dict) else ((k, getattr(m, k)) for k in m.__dataclass_fields__))}
     out["status"] = pa.array(met["status"].astype(np.int32))
     out["status_name"] = _dict_col(met["status"], _STATUS_DICT)
     out["limit"] = _dict_col(met["limit"], _LIMIT_DICT)
@@ -168,6 +175,7 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics) -> pa.Tab
             out[k] = pa.array(met[k])
     out["total_output_tokens_per_s"] = pa.array(met["output_tokens_per_s_per_gpu"] * cols["gpus"] * cols["replicas"])
     out["sla_ok"] = pa.array(met["sla_ok"].astype(bool))
+    out["method"] = _dict_col(np.zeros(n, np.int32) if method is None else np.asarray(method)[:n], METHODS)
     return pa.table(out)
 
 
@@ -344,6 +352,8 @@ def run_sweep(
         why = f"; first problem: {plan.invalid[0].example}" if plan.invalid else ""
         raise SpecError(f"{spec.source}: no valid configuration to evaluate{why}")
     mesh_devices = list(devices or jax.local_devices())
+    if spec.evaluate == "replay":
+        chunk_size = min(chunk_size, REPLAY_CHUNK_SIZE)
     size = chunk_size_for(plan, chunk_size, len(mesh_devices))
     work = work_dir_for(output)
     _prepare_work_dir(work, _manifest(plan, size, top), force)
@@ -351,6 +361,7 @@ def run_sweep(
     mine = [k for k in range(len(chunks)) if k % process_count == process_index]
     todo = _chunks_to_run(work, mine)
     evaluator = Evaluator(plan, size, mesh_devices)
+    replays = PointReplays(plan) if spec.evaluate == "replay" else None
     total = sum(chunks[k][2] - chunks[k][1] for k in mine)
     done0 = total - sum(chunks[k][2] - chunks[k][1] for k in todo)
     t_eval = time.perf_counter()
@@ -367,7 +378,10 @@ def run_sweep(
                     t_eval = time.perf_counter()  # configs/s excludes the one compilation
             if pending is not None:
                 pk, ps, pe, res = pending
-                table = chunk_table(plan, ps, pe, res)
+                method = None
+                if replays is not None:
+                    res, method = replays.metrics(res, ps, pe)
+                table = chunk_table(plan, ps, pe, res, method)
                 rs.write_chunk(work, pk, table, _best_rows(table, top))
                 evaluated += pe - ps
                 dt = time.perf_counter() - t_eval
@@ -383,6 +397,7 @@ def run_sweep(
     base = dict(
         output=output, csv=csv_path, compile_s=evaluator.compile_s, eval_s=eval_s, chunks_run=len(todo),
         chunks_reused=len(mine) - len(todo), num_devices=len(mesh_devices), plan=plan, plan_s=plan_s,
+        replay_timings=dict(replays.timings) if replays is not None else {},
     )
     if process_index != 0:
         return SweepResult(summary=summary, top=pa.table({}), pareto=pa.table({}), wall_s=time.perf_counter() - t_wall,
@@ -422,6 +437,7 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
     meta = {"format": FORMAT, "summary": plan.summary()}
     status_counts: dict[str, int] = {}
     per_workload: dict[int, dict] = {}
+    methods: dict[str, int] = {}
     feasible = 0
     writer = None
     csv_writer = None
@@ -455,13 +471,18 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
                 sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
                 for c in np.flatnonzero(by.sum(axis=0)):
                     status_counts[st.name(c)] = status_counts.get(st.name(c), 0) + int(by[:, c].sum())
+                answers = np.zeros(nc, bool)
+                answers[: st.NUM_CODES] = st.ANSWERS
                 for wi in np.flatnonzero(by.sum(axis=1)):
                     d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
                     d["configs"] += int(by[wi].sum())
-                    d["supported"] += int(by[wi, : st.FIRST_UNSUPPORTED].sum())
+                    d["supported"] += int(by[wi, answers].sum())
                     d["sla_feasible"] += int(sla_by[wi])
-                    for c in np.flatnonzero(by[wi, st.FIRST_UNSUPPORTED:]) + st.FIRST_UNSUPPORTED:
+                    for c in np.flatnonzero(by[wi] * ~answers):
                         d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
+                for mi, count in enumerate(np.bincount(t.column("method").combine_chunks().indices.to_numpy(), minlength=len(METHODS))):
+                    if count:
+                        methods[METHODS[mi]] = methods.get(METHODS[mi], 0) + int(count)
         finally:
             if writer is not None:
                 writer.close()
@@ -472,6 +493,7 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
         "workloads": {names[i]: {**d, "refusals": dict(sorted(d["refusals"].items(), key=lambda kv: -kv[1]))}
                       for i, d in sorted(per_workload.items())},
         "status_counts": dict(sorted(status_counts.items())),
+        "methods": methods,
         "sla_feasible": feasible,
         "pareto_points": int(front.num_rows),
     }

@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 import tomllib
 from collections import OrderedDict
 from dataclasses import dataclass, field, fields, replace
@@ -38,21 +39,25 @@ from jaxsim._jax import ensure_x64
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
-from jaxsim.errors import BindingError, JaxsimError, QueryError
+from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
-from jaxsim.sla import SLA
+from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
+from jaxsim.sla import SLA, canonical_keys
 from jaxsim.sweep import evaluate as ev
 
 __all__ = [
-    "MODES", "RECORDED", "PROFILE_NEXTN", "DEFAULT_BLOCK_SIZE", "MAX_WORKLOAD_CLASSES", "SpecError", "ProfileAxis",
+    "MODES", "EVALUATE", "RECORDED", "PROFILE_NEXTN", "DEFAULT_BLOCK_SIZE", "MAX_WORKLOAD_CLASSES", "SpecError", "ProfileAxis",
     "Acceptance", "Workload", "SweepSpec", "Invalid", "BindingKey", "Bindings", "TableGroup", "SweepPlan", "spec_from_dict",
     "load_spec", "binding_grid", "deployment_config", "bind_key", "plan_sweep", "trace_classes",
 ]
 
 MODES = ("aggregated", "disaggregated")
+EVALUATE = ("steady", "replay")
+"""How a sweep evaluates its points: the analytic steady state (the fast screen) or a batched replay of
+each point's benchmark load (``[benchmark]``)."""
 RECORDED = "recorded"
 PROFILE_NEXTN = "profile"
 DEFAULT_BLOCK_SIZE = 16
@@ -135,6 +140,8 @@ class SweepSpec:
     gpu_budget: int | None
     block_size: int
     kv_transfer_gbps: float | None
+    evaluate: str = "steady"  # how every point is evaluated: the analytic steady state, or a replay of its benchmark load
+    benchmark: Benchmark = Benchmark()  # the load a point is replayed under (evaluate = "replay", --verify-top)
     source: str = field(default="<spec>", compare=False)
     base_dir: Path | None = field(default=None, compare=False)
 
@@ -278,6 +285,8 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
         gpu_budget=d.get("gpu_budget"),
         block_size=d.get("block_size", DEFAULT_BLOCK_SIZE),
         kv_transfer_gbps=d.get("kv_transfer_gbps"),
+        evaluate=d.get("evaluate", "steady"),
+        benchmark=d.get("benchmark", Benchmark()),
         source=doc.source,
         base_dir=doc.context.get("base_dir"),
     )
@@ -285,6 +294,27 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
 
 _TOKENS = sc.Int(lo=1, limit="tokens")
 _SLA_MS = sc.Field(sc.Num(finite=True, gt=0.0, limit="ms"))
+_SLA = sc.Table({k: sc.Field(sc.Num(finite=True, ge=0.0)) if k == "min_tokens_per_s_per_user" else _SLA_MS
+                 for k in SLA.__dataclass_fields__})
+
+
+def _benchmark(doc: sc.Doc, path: str, d: dict) -> Benchmark:
+    try:
+        return Benchmark(**d)
+    except LoadError as e:
+        raise doc.error(path, str(e)) from None
+
+
+def _sla(doc: sc.Doc, v: Any, path: str) -> dict:
+    """The ``[sla]`` table; deprecated keys (:data:`jaxsim.sla.DEPRECATED_KEYS`) are renamed, with a note on stderr."""
+    if isinstance(v, dict):
+        try:
+            v, notes = canonical_keys(v, f"{doc.source}: {path}")
+        except InputError as e:
+            raise doc.error("", str(e).removeprefix(f"{doc.source}: ")) from None
+        for note in notes:
+            print(note, file=sys.stderr)
+    return _SLA.read(doc, v, path)
 _SPEC = sc.Table({
     "name": sc.Field(sc.Str()),
     "block_size": sc.Field(sc.Int(lo=1, limit="block_size")),
@@ -322,8 +352,19 @@ _SPEC = sc.Table({
         "trace": sc.Field(sc.Str()),
         "bins": sc.Field(sc.Int(lo=1, hi=8), default=3),
     }, _workload), min_len=1, empty="give at least one [[workload]] table"), required="give at least one [[workload]] table"),
-    "sla": sc.Field(sc.Table({k: sc.Field(sc.Num(finite=True, ge=0.0)) if k == "min_tokens_per_s_per_user" else _SLA_MS
-                              for k in SLA.__dataclass_fields__})),
+    "sla": sc.Field(sc.Custom(_sla)),
+    "evaluate": sc.Field(sc.Literal(EVALUATE)),
+    "benchmark": sc.Field(sc.Table({
+        "load": sc.Field(sc.Literal(KINDS)),
+        "prompts_per_client": sc.Field(sc.Int(lo=1, hi=1000)),
+        "num_prompts": sc.Field(sc.Int(lo=1, limit="requests")),
+        "request_rate": sc.Field(sc.Num(finite=True, gt=0.0)),
+        "burstiness": sc.Field(sc.Num(gt=0.0)),
+        "range_ratio": sc.Field(sc.Num(finite=True, ge=0.0)),
+        "length_rule": sc.Field(sc.Literal(RULES)),
+        "arrival_rule": sc.Field(sc.Literal(RULES)),
+        "seed": sc.Field(sc.Int(lo=0, limit="seed")),
+    }, _benchmark)),
 }, _make_spec)
 
 

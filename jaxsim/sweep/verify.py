@@ -1,118 +1,146 @@
-"""Verify a sweep's best configurations by replaying a trace (``jaxsim sweep ... --verify-top N --trace T``).
+"""Verify a sweep's best rows by replaying each at its own load (``jaxsim sweep ... --verify-top N``).
 
-The sweep's percentiles are analytic: over its workload mix, with queueing modelled as a constant wait
-(docs/sweep.md). Verification replays the best ``N`` SLA-feasible configurations per workload in ONE
-batched replay (:func:`jaxsim.replay.orchestrate.run_replays`), each at its own concurrency (``max_num_seqs``
-capped at the configuration's concurrency per worker) and replica count, and applies the same SLA to the
-replayed per-request distribution: mean and p50/p90/p99 TTFT, TPOT and E2E, and tokens/s per user
-(1000 / mean TPOT). A configuration is ``verified`` when its replay completed every request of the
-trace inside measured support and met every limit; otherwise ``why`` says what failed.
+A row says: this configuration, at concurrency C per worker (or, disaggregated, at its request rate),
+gives these latencies and this throughput. Verification replays the best ``N`` SLA-feasible rows per
+workload in ONE batched replay (:func:`jaxsim.replay.orchestrate.run_replays`), each under the load its
+row assumes, across all its replicas:
+
+* aggregated rows: the spec's benchmark (``[benchmark]``, default a closed loop) at the row's
+  concurrency per worker × its replicas: C × replicas clients, 10 × C × replicas prompts, all sent at
+  t = 0 (or the benchmark's open loop at its rate × replicas, at most C × replicas in flight);
+* disaggregated rows (closed-loop replay is aggregated-only): an open Poisson loop at the row's own
+  request rate × replicas (rate-based), as many prompts;
+
+with the row's workload lengths (its classes by weight), or with ``--trace``'s lengths in order. The
+replayed statistics (vLLM's definitions, NumPy's linear percentiles: :mod:`jaxsim.stats`) are compared
+with the row's: each compared statistic's relative deviation (replay − row) / row is reported, and a row
+is ``verified`` only when its replay completed every request inside measured support, meets the SLA,
+and every compared statistic agrees within :data:`TOLERANCE` (``--verify-tolerance``); ``why`` says
+what failed. Compared: mean TTFT, TPOT and E2E, output tokens/s per GPU, and every percentile the SLA
+bounds.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import math
+
 import pyarrow as pa
 
-from jaxsim.replay.deployment import ReplayConfig, WorkerPool
+from jaxsim.kernels import status as st
+from jaxsim.replay.loads import LoadModel, open_loop
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace
-from jaxsim.sla import SLA
+from jaxsim.sla import LATENCY_KEYS, SLA
+from jaxsim.sweep.replayed import point_config, point_trace, replay_metrics, sla_ok
 from jaxsim.sweep.spec import SweepPlan
 
-PCT = (50, 90, 99)
+__all__ = ["TOLERANCE", "COMPARED", "pick_top", "row_load", "compared_keys", "judge", "verify_top"]
+
+TOLERANCE = 0.20
+"""A verified row's compared statistics agree with its replay within ±20 % (relative to the row)."""
+COMPARED = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2e_ms", "output_tokens_per_s_per_gpu")
+"""Statistics every verification compares (the SLA's bounded percentiles are added)."""
+_LABELS = {"output_tokens_per_s_per_gpu": "tok/s/GPU", "tokens_per_s_per_user": "tok/s/user"}
 
 
-def binding_replay_config(plan: SweepPlan, b: int, name: str, *, max_num_seqs_cap: int | None = None,
-                          units: int = 1) -> ReplayConfig:
-    """Binding ``b`` of a sweep plan as a replay deployment: each pool gets its own role's table,
-    envelope (``max_num_seqs`` of the decode or aggregated role capped at ``max_num_seqs_cap``; the
-    prefill role's own, uncapped) and KV pool, and ``units`` serving units' worth of replicas."""
-    row, labels = plan.bindings.row(b), plan.labels
-    mode = labels["mode"][row.mode]
-    rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
-    source = labels["data_source"][row.data_source] if "data_source" in labels else "measured"
-    seqs = row.max_num_seqs if max_num_seqs_cap is None else min(row.max_num_seqs, int(max_num_seqs_cap))
-    dec = WorkerPool(plan.tables[row.decode_table], row.max_num_batched_tokens, seqs, row.block_size, row.kv_blocks,
-                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1), row.kv_state_blocks)
-    if mode == "aggregated":
-        return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source)
-    pre = WorkerPool(plan.tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
-                     row.block_size, row.prefill_kv_blocks, row.max_model_len, units * row.prefill_workers)
-    return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
-                        kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source)
-
-
-def replay_config(plan: SweepPlan, config_id: int) -> ReplayConfig:
-    """The deployment of one sweep configuration as a replay: its tables, envelope and KV pools, its
-    replicas (gpu_budget // GPUs per unit), and ``max_num_seqs`` capped at its concurrency per worker."""
-    b, c, _ = plan.decode_index(np.asarray([config_id], np.int64))
-    b, c = int(b[0]), int(c[0])
-    row, labels = plan.bindings.row(b), plan.labels
-    conc = int(plan.spec.concurrency[c])
-    mode = labels["mode"][row.mode]
-    reps = max(row.replicas, 1)
-    name = (f"#{config_id} {labels['profile'][row.profile]} tp={row.tp} {mode}"
-            + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
-            + (f" nextn={row.nextn} {labels['acceptance'][row.acceptance]}" if row.nextn else "") + f" conc={conc} x{reps}")
-    return binding_replay_config(plan, b, name, max_num_seqs_cap=conc, units=reps)
-
-
-def pick_top(top: pa.Table, n: int) -> list[tuple[str, int]]:
-    """(workload, config_id) of the best ``n`` rows per workload of the sweep's top table (already
-    ordered best first within each workload)."""
-    out: dict[str, list[int]] = {}
-    for r in top.select(["workload", "config_id"]).to_pylist():
+def pick_top(top: pa.Table, n: int) -> list[dict]:
+    """The best ``n`` rows per workload of the sweep's top table (already ordered best first within each
+    workload), as dicts."""
+    out: dict[str, list[dict]] = {}
+    for r in top.to_pylist():
         lst = out.setdefault(str(r["workload"]), [])
         if len(lst) < n:
-            lst.append(int(r["config_id"]))
-    return [(w, i) for w, ids in out.items() for i in ids]
+            lst.append(r)
+    return [r for rows in out.values() for r in rows]
 
 
-def judge(requests: dict, status_text: str, failure: str, sla: SLA) -> tuple[dict, bool, str]:
-    """Replayed metrics of one configuration, whether they meet ``sla``, and why not."""
-    done = requests["terminal"] == "completed"
-    n = done.size
-    m: dict[str, float | None] = {"completed": int(done.sum()), "requests": int(n)}
-    for metric in ("ttft", "tpot", "e2e"):
-        v = np.asarray(requests[f"{metric}_ms"], np.float64)[done]
-        v = v[np.isfinite(v)]
-        m[f"{metric}_mean_ms"] = float(v.mean()) if v.size else None
-        for p in PCT:
-            m[f"{metric}_p{p}_ms"] = float(np.percentile(v, p, method="inverted_cdf")) if v.size else None
-    tpot = m["tpot_mean_ms"]
-    m["tokens_per_s_per_user"] = 1e3 / tpot if tpot else None
+def row_load(plan: SweepPlan, row: dict) -> tuple[LoadModel, str]:
+    """The load a row assumes, across its replicas, and how it was chosen."""
+    reps = max(int(row["replicas"]), 1)
+    conc = int(row["concurrency_target"])
+    if row["mode"] == "aggregated":
+        load = plan.spec.benchmark.load_model(conc, units=reps)
+        return load, load.describe()
+    workers = int(row["decode_workers"])
+    rate = float(row["request_rate_per_s"]) * reps
+    n = plan.spec.benchmark.prompts_per_client * conc * workers * reps
+    return open_loop(rate, n), f"open loop at the row's rate, {rate:,.2f} req/s across {reps} replica(s), {n} prompts"
+
+
+def compared_keys(sla: SLA) -> tuple[str, ...]:
+    """The statistics a verification compares under ``sla``."""
+    return COMPARED + tuple(k for k in sla.percentile_limits() if k not in COMPARED)
+
+
+def _label(key: str) -> str:
+    if key in _LABELS:
+        return _LABELS[key]
+    stat, metric, _ = key.split("_")
+    return f"{stat} {metric.upper()}"
+
+
+def judge(replayed: dict, status: int, status_text: str, failure: str, row: dict, sla: SLA,
+          tolerance: float = TOLERANCE) -> tuple[dict, bool, str]:
+    """Deviations of the replay from the row, whether the replay meets ``sla`` and agrees with the row
+    within ``tolerance``, and why not."""
     why = []
     if status_text != "completed":
         why.append(status_text + (f" at {failure}" if failure else ""))
-    if m["completed"] < n:
-        why.append(f"{n - m['completed']} of {n} requests not completed")
-    checks = [("max_ttft_ms", "ttft_mean_ms", "mean TTFT"), ("max_tpot_ms", "tpot_mean_ms", "mean TPOT"),
-              ("max_e2e_ms", "e2e_mean_ms", "mean E2E")]
-    checks += [(f"p{p}_{x}_ms", f"{x}_p{p}_ms", f"p{p} {x.upper()}") for x in ("ttft", "tpot", "e2e") for p in PCT]
-    for key, col, label in checks:
-        lim = getattr(sla, key)
-        if lim is not None and m[col] is not None and m[col] > lim:
-            why.append(f"{label} {m[col]:,.1f} ms > {lim:,.1f}")
-    if sla.min_tokens_per_s_per_user is not None and m["tokens_per_s_per_user"] is not None \
-            and m["tokens_per_s_per_user"] < sla.min_tokens_per_s_per_user:
-        why.append(f"{m['tokens_per_s_per_user']:,.1f} tok/s/user < {sla.min_tokens_per_s_per_user:,.1f}")
-    ok = not why and m["completed"] == n
-    return m, ok, "; ".join(why)
+    elif status != st.COMPLETED:
+        why.append(st.name(status))
+    meets = sla_ok(replayed, status, sla)
+    if status == st.COMPLETED and not meets:
+        for k, lim in sla.latency_limits().items():
+            if not replayed[k] <= lim:
+                why.append(f"replayed {_label(k)} {replayed[k]:,.1f} ms > {lim:,.1f}")
+        lo = sla.min_tokens_per_s_per_user
+        if lo is not None and not replayed["tokens_per_s_per_user"] >= lo:
+            why.append(f"replayed {replayed['tokens_per_s_per_user']:,.1f} tok/s/user < {lo:,.1f}")
+    dev = {}
+    off = []
+    for k in compared_keys(sla):
+        mine, theirs = replayed.get(k, math.nan), row.get(k, math.nan)
+        d = (mine - theirs) / theirs if theirs and math.isfinite(theirs) and math.isfinite(mine) else math.nan
+        dev[f"dev_{k}"] = d
+        if status == st.COMPLETED and not abs(d) <= tolerance:
+            off.append(f"{_label(k)} {d:+.0%}")
+    if off:
+        why.append(f"differs from the row by more than {tolerance:.0%}: " + ", ".join(off))
+    return dev, not why, "; ".join(why)
 
 
-def verify_top(plan: SweepPlan, top: pa.Table, trace: Trace, n: int, *, seed: int = 0) -> pa.Table:
-    """Replay the best ``n`` configurations per workload in one batched replay; one row each with the
-    replayed metrics, ``verified`` and ``why``."""
+def verify_top(plan: SweepPlan, top: pa.Table, n: int, *, trace: Trace | None = None, tolerance: float = TOLERANCE) -> pa.Table:
+    """Replay the best ``n`` rows per workload, each at its own load, in one batched replay; one row each
+    with the load, the replayed statistics, their deviations from the row, ``verified`` and ``why``."""
     picks = pick_top(top, n)
     if not picks:
         return pa.table({"workload": pa.array([], pa.string()), "config_id": pa.array([], pa.int64()),
                          "verified": pa.array([], pa.bool_())})
-    configs = [replay_config(plan, cid) for _, cid in picks]
-    outcomes = run_replays(configs, trace, [seed])
+    loads = [row_load(plan, r) for r in picks]
+    configs = [point_config(plan, int(r["config_id"]), load, units=max(int(r["replicas"]), 1)) for r, (load, _) in zip(picks, loads)]
+    traces = [point_trace(plan, int(r["config_id"]), load, trace) for r, (load, _) in zip(picks, loads)]
+    outcomes = run_replays(configs, traces, [plan.spec.benchmark.seed])
     rows = []
-    for (wl, cid), o in zip(picks, outcomes):
-        m, ok, why = judge(o.requests, o.status_text, o.failure, plan.spec.sla)
-        rows.append({"workload": wl, "config_id": cid, "replay": o.config.name, "data_source": o.config.data_source,
-                     "status": o.status_text, **m, "verified": ok, "why": why})
+    for r, (load, how), o in zip(picks, loads, outcomes):
+        units = max(int(r["replicas"]), 1)
+        m = replay_metrics(o, int(r["gpus"]), int(r["concurrency_target"]), int(r["max_num_seqs"]), units)
+        dev, ok, why = judge(m, m["status"], o.status_text, o.failure, r, plan.spec.sla, tolerance)
+        keep = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p90_tpot_ms",
+                "p99_tpot_ms", "mean_e2e_ms", "p90_e2e_ms", "p99_e2e_ms", "tokens_per_s_per_user",
+                "output_tokens_per_s_per_gpu", "request_rate_per_s")
+        rows.append({
+            "workload": r["workload"], "config_id": int(r["config_id"]), "method": r.get("method", "steady"),
+            "replay": o.config.name, "load": how, "data_source": o.config.data_source, "status": o.status_text,
+            "requests": int(o.summary["num_requests"]), "completed": int(o.summary["completed_requests"]),
+            **{k: _finite(m[k]) for k in keep},
+            **{k: _finite(v) for k, v in dev.items()}, "tolerance": float(tolerance), "verified": ok, "why": why,
+        })
     return pa.Table.from_pylist(rows)
+
+
+def _finite(v) -> float | None:
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+assert set(COMPARED[:3]) <= set(LATENCY_KEYS)

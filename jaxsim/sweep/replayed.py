@@ -1,0 +1,221 @@
+"""Sweep points evaluated by replay: every point replayed under its benchmark load, batched.
+
+A point (binding, concurrency C per worker, workload) becomes one replay of one serving unit under the
+spec's ``[benchmark]`` (:class:`~jaxsim.replay.loads.Benchmark`): by default a closed loop of C clients
+and 10 × C prompts, all C sent at t = 0 (InferenceX's protocol), the prompts' lengths drawn from the
+workload's classes (counts by weight, :func:`~jaxsim.replay.loads.mix_lengths`, optionally spread by a
+range ratio). A chunk of points is ONE :func:`~jaxsim.replay.orchestrate.run_replays` call: points whose
+traces fall in one request bucket share their compiled calls, thousands of replays each (tables padded to
+one shape for the whole plan, so every chunk reuses the compilations). The replayed metrics
+(:func:`~jaxsim.replay.metrics.aggregate`: vLLM's definitions and NumPy's linear percentiles) fill the
+sweep's columns, and the SLA is judged on them.
+
+Closed-loop replay serves aggregated deployments; the disaggregated points of a replay-evaluated sweep
+keep the steady state's numbers, and their ``method`` column says so. ``--verify-top`` replays rows at
+their own load with the same builders (:func:`point_config`, :func:`point_trace`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+
+from jaxsim.kernels import status as st
+from jaxsim.kernels.rounds import common_tables
+from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
+from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
+from jaxsim.replay.orchestrate import run_replays
+from jaxsim.replay.traces import Trace, request_bucket
+from jaxsim.sla import LATENCY_KEYS, SLA
+from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep.spec import SweepPlan
+
+__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_trace", "replay_metrics", "sla_ok"]
+
+METHODS = ("steady", "replay")
+"""The ``method`` column's values: which evaluation produced a row."""
+REPLAY_CHUNK = 128
+"""Replays per compiled call. A call runs until its longest replay finishes, so points sorted by their
+expected passes go in calls of this many (measured on 2 CPU cores: 64 runs a 360-point sweep faster
+than 512 or 16)."""
+
+
+def _name(plan: SweepPlan, config_id: int, b: int, conc: int, units: int) -> str:
+    row, labels = plan.bindings.row(b), plan.labels
+    mode = labels["mode"][row.mode]
+    return (f"#{config_id} {labels['profile'][row.profile]} tp={row.tp} {mode}"
+            + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
+            + (f" nextn={row.nextn} {labels['acceptance'][row.acceptance]}" if row.nextn else "") + f" conc={conc}"
+            + (f" x{units}" if units > 1 else ""))
+
+
+def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_concurrency: int = 0,
+                   tables=None) -> ReplayConfig:
+    """Binding ``b`` of a sweep plan as a replay deployment of ``units`` serving units: each pool its role's
+    table (``tables``: the plan's tables padded alike, default the plan's own), scheduler envelope and KV
+    pool, its replicas × ``units``; ``max_concurrency`` clients per replica (aggregated only; 0: open loop)."""
+    tables = plan.tables if tables is None else tables
+    row, labels = plan.bindings.row(b), plan.labels
+    mode = labels["mode"][row.mode]
+    rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
+    source = labels["data_source"][row.data_source]
+    dec = WorkerPool(tables[row.decode_table], row.max_num_batched_tokens, row.max_num_seqs, row.block_size, row.kv_blocks,
+                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1), row.kv_state_blocks)
+    if mode == "aggregated":
+        return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source, max_concurrency=int(max_concurrency))
+    pre = WorkerPool(tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
+                     row.block_size, row.prefill_kv_blocks, row.max_model_len, units * row.prefill_workers,
+                     row.kv_state_blocks)
+    return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
+                        kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source,
+                        max_concurrency=int(max_concurrency))
+
+
+def point_config(plan: SweepPlan, config_id: int, load: LoadModel, *, units: int = 1, tables=None) -> ReplayConfig:
+    """Sweep configuration ``config_id`` as a replay deployment of ``units`` serving units under ``load``
+    (:func:`binding_config`), the load's clients split evenly over its replicas
+    (:func:`~jaxsim.replay.loads.with_load`: a concurrency-capped load replays aggregated deployments only)."""
+    b, c, _ = (int(x[0]) for x in plan.decode_index(np.asarray([config_id], np.int64)))
+    config = binding_config(plan, b, _name(plan, config_id, b, int(plan.spec.concurrency[c]), units), units=units,
+                            tables=tables)
+    return with_load(config, load)
+
+
+def point_trace(plan: SweepPlan, config_id: int, load: LoadModel, lengths: Trace | None = None) -> Trace:
+    """The requests of one point's benchmark: the load's arrivals; lengths from the point's workload (its
+    classes by weight, spread by the benchmark's range ratio) or, given, a trace's requests in order."""
+    bench = plan.spec.benchmark
+    if lengths is not None:
+        return benchmark_trace(load, lengths, seed=bench.seed)
+    _, _, w = (int(x[0]) for x in plan.decode_index(np.asarray([config_id], np.int64)))
+    isl, osl = mix_lengths(plan.wl_isl[w], plan.wl_osl[w], plan.wl_weight[w], load.num_prompts, bench.seed)
+    inp, out = draw_lengths(isl, osl, bench.range_ratio, bench.length_rule, bench.seed)
+    return benchmark_trace(load, (inp, out), seed=bench.seed, name=plan.labels["workload"][w])
+
+
+def _rejection_status(outcome: ReplayOutcome) -> int | None:
+    """The sweep status of a replay that rejected requests (a prompt a worker can never hold)."""
+    rej = outcome.requests["terminal"] == "rejected"
+    if not rej.any():
+        return None
+    reasons = outcome.config.rejection_reasons(outcome.requests["input_tokens"])[rej]
+    return st.REQUEST_EXCEEDS_CONTEXT if any("max_model_len" in r for r in reasons) else st.REQUEST_EXCEEDS_KV_POOL
+
+
+def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_seqs: int, units: int = 1) -> dict:
+    """One replayed point as the sweep's metric columns, over ``units`` serving units of ``gpus`` GPUs each
+    (request rate per serving unit, output tokens/s per GPU); NaN where the replay did not complete every
+    request inside measured support; the pass-structure columns of the steady state are NaN."""
+    s = outcome.summary
+    status = outcome.status
+    rejected = _rejection_status(outcome)
+    if status == st.COMPLETED and rejected is not None:
+        status = rejected
+    elif status == st.COMPLETED and s["completed_requests"] < s["num_requests"]:
+        status = st.STALLED
+    ok = status == st.COMPLETED
+    nan = float("nan")
+    req = outcome.requests
+    done = req["terminal"] == "completed"
+    rounds = float(req["decode_rounds"][done].sum())
+    reached = min(int(concurrency), int(max_num_seqs))
+    limit = 2 if s["preemptions"] > 0 else (0 if reached == concurrency else 1)
+    tpot = s["mean_tpot_ms"]
+    out = dict(
+        status=status, limit=limit, concurrency=reached, decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan,
+        rounds=float(req["decode_rounds"][done].mean()) if done.any() else nan,
+        tokens_per_round=float((req["generated_tokens"][done] - 1).sum()) / rounds if rounds else nan,
+        request_rate_per_s=s["request_throughput_rps"] / units,
+        output_tokens_per_s_per_gpu=s["output_throughput_tok_s"] / (gpus * units),
+        tokens_per_s_per_user=1e3 / tpot if tpot and tpot > 0 else nan,
+        **{k: s[k] for k in LATENCY_KEYS},
+    )
+    if not ok:
+        out.update({k: nan for k, v in out.items() if isinstance(v, float)})
+    return out
+
+
+def sla_ok(metrics: dict, status: int, sla: SLA) -> bool:
+    """A replayed point meets ``sla``: it completed, and every stated limit holds on its statistics."""
+    if status != st.COMPLETED:
+        return False
+    if any(not metrics[k] <= v for k, v in sla.latency_limits().items()):
+        return False
+    return sla.min_tokens_per_s_per_user is None or metrics["tokens_per_s_per_user"] >= sla.min_tokens_per_s_per_user
+
+
+@dataclasses.dataclass(eq=False)
+class PointReplays:
+    """The replay evaluation of a plan's aggregated points (tables padded once for the whole plan)."""
+
+    plan: SweepPlan
+    chunk: int = REPLAY_CHUNK
+    timings: dict = dataclasses.field(default_factory=dict)
+
+    @cached_property
+    def tables(self) -> list:
+        return common_tables(self.plan.tables) if self.plan.tables else []
+
+    @cached_property
+    def pad_to(self) -> int:
+        """Every point's requests padded to the plan's largest benchmark (one request bucket: one set of
+        compilations for the whole sweep; a pass costs the same at any padding)."""
+        bench = self.plan.spec.benchmark
+        return request_bucket(max(bench.load_model(int(c)).num_prompts for c in self.plan.spec.concurrency))
+
+    def replayable(self, config_ids: np.ndarray) -> np.ndarray:
+        """Which points a replay evaluates: aggregated ones (a closed loop, or an open loop capped at C,
+        replays aggregated deployments only)."""
+        b, _, _ = self.plan.decode_index(np.asarray(config_ids, np.int64))
+        return self.plan.bindings.mode[b] == 0
+
+    def run(self, config_ids: np.ndarray | Sequence[int]) -> list[dict]:
+        """Replay each point (one :func:`run_replays` call); per point its metric columns with ``sla_ok``."""
+        plan, bench = self.plan, self.plan.spec.benchmark
+        ids = np.asarray(config_ids, np.int64)
+        if ids.size == 0:
+            return []
+        b, c, w = plan.decode_index(ids)
+        conc = np.asarray(plan.spec.concurrency, np.int64)[c]
+        loads = {int(k): bench.load_model(int(k)) for k in np.unique(conc)}
+        traces: dict[tuple[int, int], Trace] = {}
+        configs, point_traces = [], []
+        for cid, ci, wi in zip(ids, conc, w):
+            key = (int(ci), int(wi))
+            if key not in traces:
+                traces[key] = point_trace(plan, int(cid), loads[int(ci)])
+            configs.append(point_config(plan, int(cid), loads[int(ci)], tables=self.tables))
+            point_traces.append(traces[key])
+        # replays of a batch run in lockstep until its longest finishes: batch those of similar length together
+        # (expected passes ~ prompts per client x output tokens)
+        work = np.array([t.output_tokens.sum() / max(cfg.max_concurrency, 1) for cfg, t in zip(configs, point_traces)])
+        order = np.argsort(work, kind="stable")
+        ran = run_replays([configs[i] for i in order], [point_traces[i] for i in order], [bench.seed], chunk=self.chunk,
+                          pad_to=self.pad_to, timings=self.timings)
+        outcomes = [None] * len(ran)
+        for i, o in zip(order, ran):
+            outcomes[i] = o
+        B = plan.bindings.take(b)
+        out = []
+        for i, o in enumerate(outcomes):
+            m = replay_metrics(o, int(B.gpus[i]), int(conc[i]), int(B.max_num_seqs[i]))
+            m["sla_ok"] = sla_ok(m, m["status"], plan.spec.sla)
+            out.append(m)
+        return out
+
+    def metrics(self, steady: ev.Metrics, start: int, stop: int) -> tuple[dict, np.ndarray]:
+        """Configs [start, stop): the columns of the batched steady-state ``steady`` metrics (numpy, first
+        ``stop - start`` rows) with every replayable point's replaced by its replay, and each row's method
+        (index into METHODS)."""
+        n = stop - start
+        cols = {k: np.array(np.asarray(getattr(steady, k))[:n]) for k in steady.__dataclass_fields__}
+        ids = np.arange(start, stop, dtype=np.int64)
+        mask = self.replayable(ids)
+        method = np.where(mask, METHODS.index("replay"), METHODS.index("steady")).astype(np.int32)
+        for pos, m in zip(np.flatnonzero(mask), self.run(ids[mask])):
+            for k, v in m.items():
+                cols[k][pos] = v
+        return cols, method
