@@ -43,21 +43,22 @@ def test_sweep_writes_results_and_prints_frontier(spec, tmp_path):
     assert rep["pareto"] and all(p["sla_ok"] for p in rep["pareto"]) and rep["chunks_run"] >= 1
 
 
-def test_default_output_never_clobbers(spec, tmp_path, monkeypatch):
+def test_default_output_is_refused_like_every_other_output(spec, tmp_path, monkeypatch):
+    """Observed (issue 28): the default output auto-numbered (golden.results.1.parquet, ...) while every other
+    command refuses an existing file. Now the default name is refused too, and --force overwrites it with the
+    same (deterministic) bytes; nothing else is written."""
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "golden.results.parquet").exists()
     before = (tmp_path / "golden.results.parquet").read_bytes()
-    # a rerun of the same command writes the next free name and leaves the first result untouched
     r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
+    assert r.exit_code == 2 and r.output.strip() == "error: golden.results.parquet: exists; pass --force to overwrite"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.results.parquet"]
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+    r = runner.invoke(app, ["sweep", str(spec), "--quiet", "--force"])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "golden.results.parquet").read_bytes() == before
-    assert (tmp_path / "golden.results.1.parquet").read_bytes() == before  # deterministic bytes
-    # an explicit existing output is refused without --force
-    r = runner.invoke(app, ["sweep", str(spec), "-o", "golden.results.parquet"])
-    assert r.exit_code == 2 and "golden.results.parquet: exists" in r.output
-    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before  # deterministic bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.results.parquet"]
 
 
 @pytest.mark.parametrize(

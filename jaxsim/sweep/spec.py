@@ -35,6 +35,7 @@ from jaxtyping import ArrayLike, Float64, Int64
 from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
+from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
@@ -131,6 +132,7 @@ class SweepSpec:
     gpu_budget: int | None
     block_size: int
     kv_transfer_gbps: float | None
+    cost: Prices = field(default_factory=Prices)  # $/GPU-hour per system (bundled list prices, [cost] overrides)
     source: str = field(default="<spec>", compare=False)
     base_dir: Path | None = field(default=None, compare=False)
 
@@ -274,9 +276,23 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
         gpu_budget=d.get("gpu_budget"),
         block_size=d.get("block_size", DEFAULT_BLOCK_SIZE),
         kv_transfer_gbps=d.get("kv_transfer_gbps"),
+        cost=d.get("cost", Prices()),
         source=doc.source,
         base_dir=doc.context.get("base_dir"),
     )
+
+
+def _gpu_prices(doc: sc.Doc, v: Any, path: str) -> tuple[tuple[str, float], ...]:
+    """``{system = usd per GPU-hour, ...}``: known systems, finite prices > 0."""
+    if not isinstance(v, dict):
+        raise doc.error(path, f"expected a table of system = US dollars per GPU-hour, e.g. {{b200_sxm = 4.5}}, got {doc.got(v)}")
+    out = []
+    for system, usd in v.items():
+        try:
+            out.append((system, check_price(system, usd, sc.sub(path, system))))
+        except JaxsimError as e:
+            raise doc.error(sc.sub(path, system), str(e).split(": ", 1)[-1]) from None
+    return tuple(sorted(out))
 
 
 _TOKENS = sc.Int(lo=1, limit="tokens")
@@ -317,6 +333,10 @@ _SPEC = sc.Table({
     }, _workload), min_len=1, empty="give at least one [[workload]] table"), required="give at least one [[workload]] table"),
     "sla": sc.Field(sc.Table({k: sc.Field(sc.Num(finite=True, ge=0.0)) if k == "min_tokens_per_s_per_user" else _SLA_MS
                               for k in SLA.__dataclass_fields__})),
+    "cost": sc.Field(sc.Table({
+        "basis": sc.Field(sc.Literal(PRICE_BASES)),
+        "usd_per_gpu_hour": sc.Field(sc.Custom(_gpu_prices)),
+    }, lambda doc, path, d: Prices(d.get("basis", DEFAULT_BASIS), d.get("usd_per_gpu_hour", ())))),
 }, _make_spec)
 
 
@@ -477,6 +497,7 @@ class SweepPlan:
     wl_mean_isl: np.ndarray
     wl_mean_osl: np.ndarray
     num_invalid_configs: int = 0
+    profile_models: dict[str, str] = field(default_factory=dict)  # profile label → model id
 
     @property
     def inner(self) -> int:
@@ -558,6 +579,10 @@ class SweepPlan:
         cols["osl_mean"] = self.wl_mean_osl[w]
         return cols
 
+    def gpu_hour_prices(self) -> np.ndarray:
+        """US dollars per GPU-hour per system code (``labels["system"]``; NaN: no price)."""
+        return np.array([self.spec.cost.usd_per_gpu_hour(s) for s in self.labels["system"]], np.float64)
+
     def chunks(self, chunk_size: int) -> list[tuple[int, int, int]]:
         """(group, start, stop) config ranges of at most ``chunk_size``, never crossing a group."""
         out = []
@@ -577,6 +602,10 @@ class SweepPlan:
             "bindings_valid": self.num_bindings,
             "bindings_invalid": sum(i.bindings for i in self.invalid),
             "invalid": [i.__dict__ for i in self.invalid],
+            "sla": self.spec.sla.limits(),
+            "prices": self.spec.cost.describe(self.labels["system"]),
+            "profile_models": dict(self.profile_models),
+            "workload_classes": {w.name: len(w.isl) for w in self.spec.workloads},
         }
 
 
@@ -692,6 +721,7 @@ class _Codes:
         self.acceptance: list[tuple[int, tuple[float, ...]]] = [(0, (0.0,) * acc.MAX_DRAFT_TOKENS)]
         self.tables: list[RoundTable] = []
         self._table_ids: dict[int, int] = {}
+        self.models: dict[str, str] = {}  # profile label → model id
 
     def label(self, kind: str, value: str) -> int:
         lst = self.labels[kind]
@@ -742,6 +772,7 @@ def _plan_profile(spec: SweepSpec, axis: ProfileAxis, codes: _Codes, refusals: _
     except JaxsimError as e:
         refusals.add(str(e), f"profile {axis.ref!r}", _grid_size(spec, axis))
         return []
+    codes.models[axis.label] = profile.model
     rows = []
     for key in binding_grid(spec, axis, profile):
         bound = bind_key(spec, root, profile, key)
@@ -806,4 +837,5 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
         invalid=invalid,
         **_workload_arrays(spec.workloads),
         num_invalid_configs=sum(i.configs for i in invalid),
+        profile_models=dict(codes.models),
     )
