@@ -20,10 +20,10 @@ class ProgressLines:
     """Counts work done towards ``total`` and prints ``<what>: done / total <unit> (pct %), elapsed`` on
     ``stream`` when ``interval_s`` has passed since the start or the last line (never more often)."""
 
-    def __init__(self, what: str, total: int, unit: str, *, done: int = 0, interval_s: float = PROGRESS_INTERVAL_S,
+    def __init__(self, what: str, total: int, unit: str, *, done: int = 0, interval_s: float | None = None,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
         self.what, self.total, self.unit, self.done = what, int(total), unit, int(done)
-        self.interval_s = float(interval_s)
+        self.interval_s = float(PROGRESS_INTERVAL_S if interval_s is None else interval_s)
         self.stream = stream
         self.clock = clock
         self.start = self.last = clock()

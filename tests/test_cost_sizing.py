@@ -269,3 +269,71 @@ def test_sweep_price_flag_and_cost_columns_in_a_real_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "jaxsim", "sweep", str(spec), "-o", str(tmp_path / "x.parquet"), "--price", "h200_sxm=abc"],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and r.stderr.strip().splitlines() == ["error: --price 'h200_sxm=abc': 'abc' is not a number of US dollars per GPU-hour"]
+
+
+# ---- the report: best per (profile, TP), where speculation stops paying
+
+
+def test_best_per_profile_tp_is_each_groups_best_feasible_row(swept):
+    from jaxsim.sweep.report import best_per_profile_tp
+
+    res, out = swept
+    t = pq.read_table(out).to_pandas()
+    feas = t[t["sla_ok"]]
+    want = {}
+    for (wl, prof, tp), g in feas.groupby(["workload", "profile", "tp"], observed=True):
+        g = g.sort_values(["output_tokens_per_s_per_gpu", "config_id"], ascending=[False, True])
+        want[(wl, prof, tp)] = int(g["config_id"].iloc[0])
+    got = best_per_profile_tp(out)
+    assert {(r["workload"], r["profile"], r["tp"]): r["config_id"] for r in got} == want
+    assert [r["config_id"] for r in got] == [r["config_id"] for r in res.best]
+    wl_order = list(dict.fromkeys(t["workload"].astype(str)))
+    assert [wl_order.index(r["workload"]) for r in got] == sorted(wl_order.index(r["workload"]) for r in got)
+
+
+def _spec_rows(base_gpu, k_gpu, conc=(1, 8, 64, 128), **over):
+    rows = []
+    for k, ys in ((0, base_gpu), (3, k_gpu)):
+        for c, y in zip(conc, ys):
+            rows.append({"workload": "chat", "profile": "base" if k == 0 else "eagle3", "nextn": k, "acceptance": "none" if k == 0 else "p",
+                         "system": "b300_sxm", "mode": "aggregated", "prefill_workers": 0, "decode_workers": 1, "prefill_tp": 2, "tp": 2,
+                         "max_num_seqs": 256 if k == 0 else 128, "max_num_batched_tokens": 8192, "concurrency_target": c,
+                         "tokens_per_s_per_user": y * 2 / c, "output_tokens_per_s_per_gpu": y, **over})
+    return rows
+
+
+def test_speculation_pays_until_the_concurrency_where_it_falls_below_plain_decoding():
+    from jaxsim.sweep.report import speculation_verdicts
+
+    t = pa.Table.from_pylist(_spec_rows([10.0, 80.0, 500.0, 900.0], [20.0, 150.0, 480.0, 850.0]))
+    (v,) = speculation_verdicts(t, {"base": "Q", "eagle3": "Q"})
+    assert (v.pays_until, v.stops_at, v.concurrency) == (8, 64, (1, 8, 64, 128)) and v.baseline_profile == "base"
+    assert v.user_ratio[0] == pytest.approx(2.0) and v.gpu_ratio[2] == pytest.approx(0.96)
+    assert v.line().startswith("speculation pays until concurrency 8: eagle3 K=3 (p) vs base K=0, b300_sxm TP2 aggregated, chat: "
+                               "x2.00 tok/s/user at concurrency 1; falls below K=0 in tok/s/GPU from 64 (x0.96)")
+    (v,) = speculation_verdicts(pa.Table.from_pylist(_spec_rows([10.0, 80.0], [20.0, 150.0], conc=(1, 8))))
+    assert v.stops_at is None and v.line().startswith("speculation pays at every compared concurrency (1-8)")
+    (v,) = speculation_verdicts(pa.Table.from_pylist(_spec_rows([10.0, 80.0], [9.0, 150.0], conc=(1, 8))))
+    assert v.pays_until is None and v.line().startswith("speculation never pays in tok/s/GPU")
+    # another model, another GPU or TP, or rows outside support: nothing to compare
+    assert speculation_verdicts(t, {"base": "Q", "eagle3": "L"}) == []
+    other = pa.Table.from_pylist(_spec_rows([10.0], [20.0], conc=(1,))[:1] + _spec_rows([10.0], [20.0], conc=(1,), system="h200_sxm")[1:])
+    assert speculation_verdicts(other) == []
+    nan = pa.Table.from_pylist(_spec_rows([float("nan"), 80.0], [20.0, 150.0], conc=(1, 8)))
+    assert speculation_verdicts(nan)[0].concurrency == (8,)
+
+
+def test_sweep_report_prints_the_profile_tp_table_and_speculation(swept, tmp_path):
+    _, out = swept
+    spec = tmp_path / "s.toml"
+    spec.write_text(toml(spec_dict(serving={"mode": ["aggregated"]}, speculation={"acceptance": [1.5]},
+                                   workload=[{"name": "chat", "isl": 128, "osl": 64}, {"name": "m", "requests": [[256, 100, 1], [1500, 200, 1]]}])))
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "s.parquet"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "workload m: best SLA-feasible output tokens/s per GPU by profile and TP ($ per 1M output tokens)" in r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("speculation ")]
+    assert len(lines) == 2 and "sd3 K=3 (accepted=1.5) vs ar K=0, h200_sxm TP1 aggregated, chat: " in lines[0], lines
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "s.parquet"), "--quiet", "--force", "--json"])
+    rep = json.loads(r.output)
+    assert {(b["workload"], b["profile"]) for b in rep["best_per_profile_tp"]} == {(w, p) for w in ("chat", "m") for p in ("ar", "sd3")}
+    assert [s["line"] for s in rep["speculation"]] == lines

@@ -103,8 +103,8 @@ def _best_tables(best: list[dict], all_tables: bool):
     for wl in workloads if all_tables else workloads[:MAX_WORKLOAD_TABLES]:
         rows = [r for r in best if r["workload"] == wl]
         tps = sorted({r["tp"] for r in rows})
-        title = f"workload {wl}: best SLA-feasible output tokens/s per GPU by profile and TP ($ per 1M output tokens)"
-        t = Table(title=title, title_justify="left", min_width=len(title))
+        yield f"workload {wl}: best SLA-feasible output tokens/s per GPU by profile and TP ($ per 1M output tokens)"
+        t = Table()
         for c in ("profile", "GPU", *(f"TP{tp}" for tp in tps)):
             t.add_column(c, justify="left" if c in ("profile", "GPU") else "right")
         for prof in dict.fromkeys(r["profile"] for r in rows):
@@ -144,7 +144,7 @@ def _report_extras(res, all_tables: bool) -> None:
     verdicts = res.speculation
     if len(verdicts) <= MAX_SPECULATION_LINES:
         for v in verdicts:
-            con.print(v.line())
+            typer.echo(v.line())
     else:
         shown = verdicts if all_tables else verdicts[:MAX_SPECULATION_ROWS]
         con.print(_speculation_table(shown))

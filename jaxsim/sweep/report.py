@@ -28,8 +28,9 @@ BEST_COLUMNS = (
     "nextn", "acceptance", "concurrency", "concurrency_target", "isl_mean", "osl_mean", X, Y, "request_rate_per_s",
     "usd_per_gpu_hour", "usd_per_hour_per_unit", "usd_per_1m_output_tokens", "goodput_req_per_s", "sla_ok",
 )
-_SERVING = ("system", "mode", "prefill_workers", "decode_workers", "prefill_tp", "tp", "max_num_seqs", "max_num_batched_tokens")
-SPECULATION_COLUMNS = ("workload", "profile", "nextn", "acceptance", *_SERVING, "concurrency_target", X, Y)
+_SERVING = ("system", "mode", "prefill_workers", "decode_workers", "prefill_tp", "tp")
+_ENVELOPE = ("max_num_seqs", "max_num_batched_tokens")
+SPECULATION_COLUMNS = ("workload", "profile", "nextn", "acceptance", *_SERVING, *_ENVELOPE, "concurrency_target", X, Y)
 
 
 def read_results(results: str | os.PathLike | pa.Table, columns: Sequence[str]) -> pa.Table:
@@ -104,9 +105,10 @@ def best_per_profile_tp(results: str | os.PathLike | pa.Table) -> list[dict]:
 
 @dataclass(frozen=True)
 class SpeculationVerdict:
-    """Speculative rows (``nextn`` > 0) against plain decoding (K = 0) on the same model, GPU, TP, serving
-    and envelope, concurrency by concurrency (per worker, as targeted): the ratios K / K=0 of output
-    tokens/s per GPU and tokens/s per user. ``pays_until``: the largest concurrency of the run, from the
+    """Speculative rows (``nextn`` > 0) against plain decoding (K = 0) on the same model, GPU, TP and
+    serving, concurrency by concurrency (per worker, as targeted): the ratios K / K=0 of output tokens/s
+    per GPU and tokens/s per user (K=0: its best scheduler envelope at that concurrency; recorded
+    envelopes of speculative and plain profiles often differ). ``pays_until``: the largest concurrency of the run, from the
     lowest, at which speculation gives at least K=0's tokens/s per GPU (None: not even at the lowest);
     ``stops_at``: the first concurrency where it gives less (None: never)."""
 
@@ -161,9 +163,10 @@ def _baseline(candidates: dict[str, int], profile: str) -> tuple[str, int] | Non
 
 
 def speculation_verdicts(results: str | os.PathLike | pa.Table, profile_models: Mapping[str, str] | None = None) -> list[SpeculationVerdict]:
-    """One verdict per speculative variant (profile, K, acceptance) × workload × deployment that has K = 0
-    rows to compare with (same model when ``profile_models`` names it, else same profile label set); only
-    concurrencies where both are inside measured support count."""
+    """One verdict per speculative variant (profile, K, acceptance, envelope) × workload × deployment that has
+    K = 0 rows to compare with, of the same model (``profile_models``: profile label → model id; by default
+    the results file's own record; without one every profile counts as one model); only concurrencies
+    where both are inside measured support count."""
     t = read_results(results, SPECULATION_COLUMNS)
     missing = [c for c in SPECULATION_COLUMNS if c not in t.column_names]
     if missing or not t.num_rows:
@@ -174,22 +177,25 @@ def speculation_verdicts(results: str | os.PathLike | pa.Table, profile_models: 
     y, x = t.column(Y).to_numpy(), t.column(X).to_numpy()
     ok = np.isfinite(y) & np.isfinite(x)
     profile, acc, wl = _labels(t, "profile"), _labels(t, "acceptance"), _labels(t, "workload")
-    models = profile_models or {}
-    model = np.array([models.get(p, p) for p in profile])
+    models = profile_models if profile_models is not None else results_summary(results).get("profile_models", {})
+    model = np.array([models.get(p, "?") for p in profile])
     serving = [_labels(t, c) if c in ("system", "mode") else t.column(c).to_numpy().astype(str) for c in _SERVING]
     where = np.array(["|".join(v) for v in zip(wl, model, *serving)]) if t.num_rows else np.zeros(0, str)
     conc = t.column("concurrency_target").to_numpy()
+    envelope = np.array(["|".join(v) for v in zip(*(t.column(c).to_numpy().astype(str) for c in _ENVELOPE))])
     base: dict[tuple[str, int], tuple[float, float]] = {}
     base_profiles: dict[str, dict[str, int]] = {}
     for i in np.flatnonzero((nextn == 0) & ok):
-        base[(f"{where[i]}#{profile[i]}", int(conc[i]))] = (float(y[i]), float(x[i]))
+        key = (f"{where[i]}#{profile[i]}", int(conc[i]))
+        if key not in base or y[i] > base[key][0]:
+            base[key] = (float(y[i]), float(x[i]))
         base_profiles.setdefault(where[i], {})[profile[i]] = 1
     variants: dict[tuple, list[int]] = {}
     for i in np.flatnonzero((nextn > 0) & ok):
-        variants.setdefault((where[i], profile[i], int(nextn[i]), acc[i]), []).append(int(i))
+        variants.setdefault((where[i], profile[i], int(nextn[i]), acc[i], envelope[i]), []).append(int(i))
     wl_code = _codes(t, "workload")
     out = []
-    for (w, prof, k, a), rows in sorted(variants.items(), key=lambda kv: (int(wl_code[kv[1][0]]), kv[1][0])):
+    for (w, prof, k, a, _), rows in sorted(variants.items(), key=lambda kv: (int(wl_code[kv[1][0]]), kv[1][0])):
         chosen = _baseline(base_profiles.get(w, {}), prof)
         if chosen is None:
             continue
