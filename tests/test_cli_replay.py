@@ -72,6 +72,8 @@ def test_cli_replays_a_golden_case(golden_setup, tmp_path):
     assert abs(summary[0]["mean_e2e_ms"] - CASE["result"]["aggregate"]["mean_e2e_latency_ms"]) < 1e-9
     tl = pq.read_table(out.with_name("out.timeline.parquet")).to_pydict()
     assert len(tl["pass"]) > 0 and max(tl["kv_blocks_used"]) <= CASE["engine_settings"]["kv_blocks"]
+    # each worker's KV pool travels with its timeline (the timeline plot draws it)
+    assert set(tl["kv_pool_blocks"]) == {CASE["engine_settings"]["kv_blocks"]} and set(tl["role"]) == {"aggregated"}
 
 
 def test_cli_refuses_overwrite_and_bad_inputs(golden_setup, tmp_path):

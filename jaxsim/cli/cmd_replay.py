@@ -133,11 +133,15 @@ def _timeline_table(outcomes):
 
     parts = []
     for o in outcomes:
+        roles = ("aggregated",) if o.config.mode == "aggregated" else ("prefill", "decode")
+        workers = [(role, pool) for role, pool in zip(roles, o.config.pools) for _ in range(pool.replicas)]  # timeline order
         for w, tl in enumerate(o.timeline or []):
             n = len(tl["pass"])
+            role, pool = workers[w] if w < len(workers) else ("", None)
             cols = {"config": np.full(n, o.config.name, dtype=object), "data_source": np.full(n, o.config.data_source, dtype=object),
                     "seed": np.full(n, o.seed, np.int64),
-                    "worker": np.full(n, w, np.int64), **tl}
+                    "worker": np.full(n, w, np.int64), "role": np.full(n, role, dtype=object),
+                    "kv_pool_blocks": np.full(n, pool.num_gpu_blocks if pool is not None else 0, np.int64), **tl}
             parts.append(pa.table(cols))
     return pa.concat_tables(parts) if parts else pa.table({"config": []})
 
