@@ -20,6 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
+from jaxsim import limits
 from jaxsim.errors import InputError
 from jaxsim.systems import list_systems
 
@@ -66,8 +67,9 @@ def check_price(system: str, usd: object, where: str) -> float:
     naming ``where`` otherwise)."""
     if system not in list_systems():
         raise InputError(f"{where}: unknown system {system!r} (known: {', '.join(list_systems())})")
-    if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not math.isfinite(usd) or usd <= 0:
-        raise InputError(f"{where}: the price of {system} must be a finite number of US dollars per GPU-hour > 0 (got {usd!r})")
+    msg = limits.problem("usd_per_gpu_hour", usd)
+    if msg is not None:
+        raise InputError(f"{where}: the price of {system} in US dollars per GPU-hour {msg}")
     return float(usd)
 
 

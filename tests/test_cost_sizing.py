@@ -216,6 +216,8 @@ def test_describe_sla_reads_both_percentile_key_schemes():
     assert describe_sla({"max_tpot_ms": 50.0, "p90_ttft_ms": 2000.0, "min_tokens_per_s_per_user": 20.0}) == \
         "p90 TTFT ≤ 2,000 ms, mean TPOT ≤ 50 ms, ≥ 20 tok/s per user"
     assert describe_sla({"ttft_p99_ms": 500.0}) == "p99 TTFT ≤ 500 ms" and describe_sla({}) == "no SLA"
+    assert describe_sla({"mean_e2e_ms": 9000.0, "median_ttft_ms": 300.0, "p50_tpot_ms": 20.0}) == \
+        "median TTFT ≤ 300 ms, median TPOT ≤ 20 ms, mean E2E ≤ 9,000 ms"
 
 
 def test_size_cli(swept, tmp_path):
@@ -233,7 +235,7 @@ def test_size_cli(swept, tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (["--rate", "0"], "--rate: the load must be a finite number > 0"), (["--rate", "-5"], "> 0"), (["--rate", "nan"], "> 0"),
+    (["--rate", "0"], "--rate: must be a finite number > 0"), (["--rate", "-5"], "> 0"), (["--rate", "nan"], "> 0"),
     ([], "give the load to serve"), (["--rate", "1", "--tokens-per-s", "5"], "exactly one"),
     (["--rate", "1", "--price", "h999=3"], "unknown system 'h999'"), (["--rate", "1", "--price", "h200_sxm=-1"], "> 0"),
     (["--rate", "1"], "choose one with --workload"), (["--rate", "1", "--workload", "zz"], "no workload 'zz'"),
@@ -244,12 +246,12 @@ def test_size_cli_bad_input_is_one_line_exit_2(swept, args, msg):
     assert r.exit_code == 2 and msg in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
-def test_size_cli_nothing_feasible_exits_1(tmp_path):
+def test_size_cli_nothing_feasible_exits_3(tmp_path):
     t = _results([dict(profile="b200", tp=2, gpus=2, request_rate_per_s=3.0, sla_ok=False)])
     p = tmp_path / "r.parquet"
     pq.write_table(t, p)
     r = runner.invoke(app, ["size", str(p), "--rate", "5"])
-    assert r.exit_code == 1 and "nothing to size" in r.output
+    assert r.exit_code == 3 and "nothing to size" in r.output
 
 
 def test_sweep_price_flag_and_cost_columns_in_a_real_subprocess(tmp_path):

@@ -11,7 +11,7 @@ import typer
 
 from jaxsim.cli.common import console, fail, guarded
 
-EXIT_NO_ANSWER = 1
+EXIT_NO_ANSWER = 3  # like an incomplete replay: the command ran, and there is no answer to give
 
 SIZE_HELP = """How many GPUs of which kind, at which TP, serve a target load within a sweep's SLA, and what they cost.
 
@@ -21,7 +21,7 @@ requests/s per serving unit) serving units, rounded up. Prints one option per (p
 and the answer: N × GPU at TPk, with US dollars per hour and per million output tokens at the target load
 (bundled on-demand list prices unless the sweep spec's [cost] or --price gave others: jaxsim/data/prices/README.md).
 
-Exit codes: 0 an answer; 1 no configuration meets the SLA (nothing to size); 2 bad input.
+Exit codes: 0 an answer; 3 no configuration of the results meets the SLA (nothing to size); 2 bad input.
 
 Examples:
 
@@ -75,7 +75,7 @@ def _print_options(options, load: str, sla: str) -> None:
     from jaxsim.sweep.sizing import FleetOption
 
     con = console()
-    t = Table(title=f"fleet per profile and TP for {load} at {sla} (cheapest first)", title_justify="left")
+    t = Table(title=f"fleet per profile and TP for {load} (cheapest first)", title_justify="left")
     for c in ("profile", "GPU", "TP", "mode", "K", "conc", "req/s/unit", "units", "GPUs", "tok/s/user", "$/GPU-h", "$/hour", "$/1M out tok"):
         t.add_column(c, justify="left" if c in ("profile", "GPU", "mode") else "right")
     for o in options:

@@ -14,6 +14,8 @@ from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_i
 
 SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
 
+Every row carries its cost (bundled GPU list prices, or [cost] in the spec, or --price) and its deployment's goodput (the largest SLA-feasible request rate over the swept concurrencies); the report adds the best configuration per profile and TP and, for speculative what-ifs, where speculation stops paying. jaxsim size turns the results into GPUs and dollars for a target load.
+
 Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless --force. The model and the spec format: docs/sweep.md.
 
 Examples:
@@ -153,13 +155,13 @@ def _report_extras(res, all_tables: bool) -> None:
     prices = res.summary.get("prices", {})
     missing = [s for s, p in prices.items() if p["usd_per_gpu_hour"] is None]
     if missing:
-        con.print(f"no price for {', '.join(missing)}: cost columns are empty for them; give one in the spec "
+        typer.echo(f"no price for {', '.join(missing)}: cost columns are empty for them; give one in the spec "
                   f"([cost] usd_per_gpu_hour = {{{missing[0]} = USD}}) or --price {missing[0]}=USD")
     priced = sorted({p["source"] for p in prices.values() if p["usd_per_gpu_hour"] is not None})
     if priced:
-        con.print("prices ($ per GPU-hour): " + ", ".join(f"{s} {p['usd_per_gpu_hour']:,.2f}" for s, p in prices.items()
-                                                       if p["usd_per_gpu_hour"] is not None)
-                  + f" ({'; '.join(priced)}; list prices: jaxsim/data/prices/README.md)")
+        typer.echo("prices ($ per GPU-hour): " + ", ".join(f"{s} {p['usd_per_gpu_hour']:,.2f}" for s, p in prices.items()
+                                                        if p["usd_per_gpu_hour"] is not None)
+                   + f" ({'; '.join(priced)}; list prices: jaxsim/data/prices/README.md)")
 
 
 def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bool = False) -> None:

@@ -21,6 +21,7 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
+from jaxsim import limits
 from jaxsim.cost import SECONDS_PER_HOUR, TOKENS_PER_MILLION, gpu_name
 from jaxsim.errors import InputError, QueryError
 from jaxsim.sweep.report import BEST_COLUMNS, read_results, results_summary
@@ -42,8 +43,7 @@ class SizingTarget:
         if len(given) != 1:
             raise InputError("give the load to serve: --rate REQUESTS_PER_S or --tokens-per-s OUTPUT_TOKENS_PER_S (exactly one)")
         opt, v = given[0]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise InputError(f"{opt}: the load must be a finite number > 0 (got {v!r})")
+        limits.check("load", v, opt)
 
     def describe(self, osl_mean: float) -> str:
         if self.request_rate_per_s is not None:
@@ -94,19 +94,21 @@ class FleetOption:
 
 
 _PCT = re.compile(r"^(?:p(\d+)_(ttft|tpot|e2e)_ms|(ttft|tpot|e2e)_p(\d+)_ms)$")
+_STAT = re.compile(r"^(mean|median|max)_(ttft|tpot|e2e)_ms$")
 
 
 def describe_sla(limits: Mapping[str, float]) -> str:
-    """A sweep's SLA in words (``p90 TTFT ≤ 2,000 ms, mean TPOT ≤ 50 ms``); "no SLA" when none."""
+    """A sweep's SLA in words (``p90 TTFT ≤ 2,000 ms, mean TPOT ≤ 50 ms``); "no SLA" when none. Reads the
+    limit keys of every release (``mean_``/``median_``/``pNN_``, ``max_`` for the mean, ``<metric>_pNN_ms``)."""
     parts = []
     rank = lambda k: next((i for i, m in enumerate(("ttft", "tpot", "e2e", "tokens")) if m in k), 9)  # noqa: E731
     for key, v in sorted(limits.items(), key=lambda kv: rank(kv[0])):
-        m = _PCT.match(key)
+        m, s = _PCT.match(key), _STAT.match(key)
         if m:
             p, metric = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-            parts.append(f"p{p} {metric.upper()} ≤ {v:,.4g} ms")
-        elif key.startswith("max_") and key.endswith("_ms"):
-            parts.append(f"mean {key[4:-3].upper()} ≤ {v:,.4g} ms")
+            parts.append(f"{'median' if p == '50' else 'p' + p} {metric.upper()} ≤ {v:,.4g} ms")
+        elif s:  # max_* (earlier releases) bounded the mean
+            parts.append(f"{'mean' if s.group(1) == 'max' else s.group(1)} {s.group(2).upper()} ≤ {v:,.4g} ms")
         elif key == "min_tokens_per_s_per_user":
             parts.append(f"≥ {v:,.4g} tok/s per user")
         else:
