@@ -36,7 +36,7 @@ LIMITS: dict[str, Range] = {
     "parallel": Range(1, 1024, "tp, pp, dp, cp, dcp, moe_tp, moe_ep (per role)"),
     "gpus": Range(1, 65536, "GPUs of a whole deployment; sweep gpu_budget"),
     "tokens": Range(1, 10_000_000, "token lengths: isl, osl, trace lengths, context_length, max_num_batched_tokens"),
-    "max_num_seqs": Range(1, 65536, "max_num_seqs; sweep concurrency"),
+    "max_num_seqs": Range(1, 65536, "max_num_seqs; sweep concurrency; replay --max-concurrency"),
     "block_size": Range(1, 65536, "KV block size (tokens)"),
     "requests": Range(1, 10_000_000, "requests in a trace: trace synth --n, replay --max-requests, trace files"),
     "seeds": Range(1, 1024, "replay --seeds"),

@@ -102,6 +102,7 @@ class _Req:
         self.first = self.second = self.last = None
         self.preempt = self.admits = self.rounds = 0
         self.recomputing = False  # preempted: recomputing until it emits again
+        self.sent = None  # when the client sends it (closed loop: when it holds a semaphore slot)
 
     @property
     def length(self):
@@ -109,8 +110,14 @@ class _Req:
 
 
 def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks,
-                  num_draft_tokens, accept_rates, max_model_len, max_passes=100_000):
-    """Replay ``trace`` one request at a time; returns (per-request dict list, lookups, status)."""
+                  num_draft_tokens, accept_rates, max_model_len, max_passes=100_000, max_concurrency=0):
+    """Replay ``trace`` (sorted by arrival) one request at a time; returns (per-request list, lookups,
+    status).
+
+    ``max_concurrency`` C > 0: a closed loop, as ``vllm bench serve --max-concurrency C`` (an
+    ``asyncio.Semaphore(C)``, FIFO wake-ups): a request is sent once it has arrived and holds a
+    slot; each completion hands its slot to the next request in arrival order. Rejected requests
+    hold no slot."""
     K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
     rates = np.asarray(accept_rates)[:K]
     assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
@@ -121,6 +128,12 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     for r in reqs:
         r.out = min(r.out, max_model_len - r.prompt) if r.i not in rejected else r.out
     pending = [r for r in reqs if r.i not in rejected]
+    C, clients, completions = max_concurrency, list(pending), 0
+    for j, r in enumerate(clients):
+        r.sent = r.arrival if (C == 0 or j < C) else None  # the others wait for a slot
+    for r in reqs:
+        if r.i in rejected:
+            r.sent = r.arrival
     waiting, running, lookups = [], [], []
     now, passes, status = 0.0, 0, "completed"
     free = lambda: NB - sum(r.alloc for r in running)
@@ -136,10 +149,12 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     while pending or waiting or running:
         if passes >= max_passes:
             return reqs, lookups, "pass_limit"
-        while pending and pending[0].arrival <= now:
+        while pending and pending[0].sent is not None and pending[0].sent <= now:
             waiting.append(pending.pop(0))
         if not waiting and not running:
-            now = pending[0].arrival
+            if pending[0].sent is None:
+                return reqs, lookups, "stalled"
+            now = pending[0].sent
             continue
         budget, sched, preempted = B, {}, False
         idx = 0
@@ -225,5 +240,9 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             if r.gen >= r.out:
                 running.remove(r)
                 r.alloc = 0
+                if C and completions + C < len(clients):  # its slot goes to the next client waiting
+                    nxt = clients[completions + C]
+                    nxt.sent = max(nxt.arrival, end)
+                completions += 1
         now, passes = end, passes + 1
     return reqs, lookups, status

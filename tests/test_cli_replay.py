@@ -76,6 +76,26 @@ def test_cli_replays_a_golden_case(golden_setup, tmp_path):
     assert set(tl["kv_pool_blocks"]) == {CASE["engine_settings"]["kv_blocks"]} and set(tl["role"]) == {"aggregated"}
 
 
+def test_cli_closed_loop(golden_setup, tmp_path):
+    """--max-concurrency 1: one request in flight; each is sent when the previous one completes (or at
+    its arrival), TTFT and E2E count from the send; a bad value is refused before any work."""
+    cfg, trace = golden_setup
+    out = tmp_path / "closed.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--no-progress", "--max-concurrency", "1"])
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(out).to_pydict()
+    order = np.argsort(t["arrival_ms"], kind="stable")
+    for prev, cur in zip(order[:-1], order[1:]):
+        assert t["sent_ms"][cur] == max(t["arrival_ms"][cur], t["last_token_ms"][prev])
+        assert t["first_token_ms"][cur] > t["last_token_ms"][prev]
+    for i in range(len(t["request"])):
+        assert t["ttft_ms"][i] == t["first_token_ms"][i] - t["sent_ms"][i]
+        assert t["e2e_ms"][i] == t["last_token_ms"][i] - t["sent_ms"][i]
+    assert max(s - a for s, a in zip(t["sent_ms"], t["arrival_ms"])) > 0
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(tmp_path / "x.parquet"), "--max-concurrency", "-1"])
+    assert r.exit_code == 2 and "--max-concurrency" in r.output
+
+
 def test_cli_refuses_overwrite_and_bad_inputs(golden_setup, tmp_path):
     cfg, trace = golden_setup
     out = tmp_path / "out.parquet"
@@ -98,6 +118,7 @@ def test_cli_help_has_an_example():
     assert r.exit_code == 0 and "jaxsim replay configs/" in r.output and "--sweep" in r.output
 
 
+@pytest.mark.slow
 def test_cli_subprocess_json_and_seeds(golden_setup, tmp_path):
     cfg, trace = golden_setup
     out = tmp_path / "o.parquet"

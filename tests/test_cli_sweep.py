@@ -134,6 +134,7 @@ def test_help_has_an_example():
     assert r.exit_code == 0 and "jaxsim sweep configs/quickstart.toml" in r.output
 
 
+@pytest.mark.slow
 def test_quickstart_runs_in_a_real_subprocess(tmp_path):
     """The README's first command, on the bundled profiles."""
     env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"))

@@ -254,6 +254,7 @@ def test_size_cli_nothing_feasible_exits_3(tmp_path):
     assert r.exit_code == 3 and "nothing to size" in r.output
 
 
+@pytest.mark.slow
 def test_sweep_price_flag_and_cost_columns_in_a_real_subprocess(tmp_path):
     spec = tmp_path / "s.toml"
     spec.write_text(toml(spec_dict(serving={"mode": ["aggregated"]}, scheduler={"concurrency": [1, 4, 16]})))

@@ -439,6 +439,7 @@ def test_cli_errors_are_one_line(tmp_path, app, args, message):
     assert not (tmp_path / "a.png").exists()
 
 
+@pytest.mark.slow
 def test_cli_subprocess(tmp_path):
     out = tmp_path / "curves.png"
     cmd = [sys.executable, "-m", "jaxsim", "plot", "curves", str(AR), "--output", str(out)]

@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
 
+pytestmark = pytest.mark.slow  # subprocesses / whole documents: `pytest -m "not slow"` skips them
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 runner = CliRunner()
@@ -185,7 +187,6 @@ def test_reader_commands_cover_every_block():
     assert len(outs) == len(set(outs)), "two README commands write the same output without --force: the second one refuses"
 
 
-@pytest.mark.slow
 def test_readme_runs_top_to_bottom_as_a_reader_would(tmp_path):
     """Observed (issue 28): run top to bottom in one folder, 21 of the README's 24 commands ran: the Tour's two
     replays wrote one real.parquet (the second refused) and the GPU what-if needed an extra installed only in

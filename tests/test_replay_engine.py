@@ -48,6 +48,7 @@ def scenarios(draw):
         max_num_seqs=draw(hst.integers(1, 6)), block_size=bs, num_gpu_blocks=blocks, num_draft_tokens=k,
         accept_rates=pad_rates(np.array([1.0] * accepted + [0.0] * (k - accepted))),
         max_model_len=draw(hst.sampled_from([4096, 300])),
+        max_concurrency=draw(hst.sampled_from([0, 0, 1, 2, 3])),
     )
     trace = make_trace("random", np.cumsum(gaps) - gaps[0], prompts, outs, rebase=False)
     return table, trace, settings_
@@ -81,12 +82,77 @@ def test_engine_matches_per_request_oracle(scenario):
             assert (np.isnan(res.second_token_ms[r.i]) and r.second is None) or res.second_token_ms[r.i] == r.second
             assert (res.output_tokens[r.i], res.decode_rounds[r.i]) == (r.gen, r.rounds)
             assert (res.preemptions[r.i], res.admissions[r.i]) == (r.preempt, r.admits)
+        assert [res.sent_ms[r.i] for r in reqs] == [r.sent for r in reqs]
     elif status == "stalled":  # a request that can never fit in the pool stops the replay explicitly
         assert int(res.status) == STALLED
         assert mine[: len(lookups)] == lookups
     else:  # a lookup outside measured support stops both at the same pass, with the same code
         assert int(res.status) == status
         assert mine[: len(lookups) - 1] == lookups[:-1] and lookups[-1] in mine[len(lookups) - 1:]
+
+
+def _closed_loop_trace():
+    rng = np.random.default_rng(11)
+    n = 9
+    return make_trace("cl", np.cumsum(rng.choice([0.0, 2.0, 30.0, 400.0], n)), rng.integers(40, 300, n), rng.integers(2, 20, n))
+
+
+def _closed_loop_params(**kw):
+    base = dict(max_num_batched_tokens=256, max_num_seqs=4, block_size=16, num_gpu_blocks=4000, num_draft_tokens=3,
+                accept_rates=pad_rates(np.array([1.0, 1.0, 0.0])), max_model_len=32768)
+    base.update(kw)
+    return make_params(padded_tables()["sd_k3"], **base)
+
+
+def test_closed_loop_of_one_is_a_sequential_replay():
+    """max_concurrency=1: each request is sent when the previous one completes (or at its arrival, if
+    later), and runs alone: the same times as replaying each request by itself from that send time."""
+    trace = _closed_loop_trace()
+    res = _run(_closed_loop_params(max_concurrency=1), trace)
+    assert int(res.status) == COMPLETED
+    previous_done = -np.inf
+    for i in range(len(trace)):
+        sent = max(float(trace.arrival_ms[i]), previous_done)
+        alone = _run(_closed_loop_params(), make_trace("one", [sent], trace.input_tokens[i: i + 1], trace.output_tokens[i: i + 1], rebase=False))
+        assert res.sent_ms[i] == sent
+        for name in ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds"):
+            np.testing.assert_array_equal(getattr(res, name)[i], getattr(alone, name)[0], err_msg=f"request {i}: {name}")
+        previous_done = float(alone.last_token_ms[0])
+    req = metrics.per_request(res, trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=len(trace))
+    np.testing.assert_array_equal(req["ttft_ms"], res.first_token_ms[: len(trace)] - res.sent_ms[: len(trace)])
+    assert np.any(req["sent_ms"] > trace.arrival_ms)  # some request waited for a slot
+
+
+def test_closed_loop_wider_than_the_trace_is_the_open_loop():
+    """max_concurrency >= N never makes a request wait: identical to the open loop, field by field; with
+    every arrival at 0 too (the whole trace sent at once)."""
+    trace = _closed_loop_trace()
+    at_zero = make_trace("zero", np.zeros(len(trace)), trace.input_tokens, trace.output_tokens)
+    for tr in (trace, at_zero):
+        open_loop = _run(_closed_loop_params(), tr)
+        np.testing.assert_array_equal(open_loop.sent_ms[: len(tr)], tr.arrival_ms)
+        for c in (len(tr), len(tr) + 5):
+            closed = _run(_closed_loop_params(max_concurrency=c), tr)
+            for name, a in vars(open_loop).items():
+                np.testing.assert_array_equal(getattr(closed, name), a, err_msg=f"C={c}: {name}")
+
+
+def test_closed_loop_is_per_replica_and_aggregated_only():
+    """Each replica holds its own semaphore of C over the requests routed to it; disaggregated
+    deployments refuse a closed loop."""
+    trace = _closed_loop_trace()
+    rates = pad_rates(np.array([1.0, 1.0, 0.0]))
+    pool = _pool("sd_k3", replicas=2, max_num_batched_tokens=256)
+    two = run_replays([ReplayConfig("two", 3, rates, aggregated=pool, max_concurrency=2)], trace)[0]
+    assert two.status == COMPLETED
+    for r, idx in enumerate((np.arange(0, len(trace), 2), np.arange(1, len(trace), 2))):
+        sub = make_trace("s", trace.arrival_ms[idx], trace.input_tokens[idx], trace.output_tokens[idx], rebase=False)
+        alone = _run(pool.params(3, rates, 100_000, max_concurrency=2), sub)
+        np.testing.assert_array_equal(two.requests["sent_ms"][idx], alone.sent_ms[: idx.size])
+        np.testing.assert_array_equal(two.requests["first_token_ms"][idx], alone.first_token_ms[: idx.size])
+        np.testing.assert_array_equal(two.requests["ttft_ms"][idx], alone.first_token_ms[: idx.size] - alone.sent_ms[: idx.size])
+    with pytest.raises(ValueError, match="aggregated deployments only"):
+        ReplayConfig("pd", 3, rates, prefill=pool, decode=pool, kv_bytes_per_token=1, kv_transfer_bytes_per_s=1.0, max_concurrency=2)
 
 
 def test_preemption_is_exercised_by_the_goldens():

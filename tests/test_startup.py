@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses / whole documents: `pytest -m "not slow"` skips them
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("jax", "jaxlib", "ml_dtypes", "equinox", "jaxtyping", "pandas")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -44,7 +45,7 @@ Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake
 """
 
 _COLUMNS = (
-    "config", "seed", "request", "row", "arrival_ms", "input_tokens", "output_tokens", "generated_tokens",
+    "config", "seed", "request", "row", "arrival_ms", "sent_ms", "input_tokens", "output_tokens", "generated_tokens",
     "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_rounds",
     "preemptions", "admissions", "terminal", "reason", "status", "data_source",
 )
@@ -204,6 +205,7 @@ def register(app: typer.Typer) -> None:
         trace_format: Optional[str] = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: Optional[int] = typer.Option(None, "--max-requests", help="Keep the first N requests."),
+        max_concurrency: int = typer.Option(0, "--max-concurrency", help="Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."),
         sla_ttft_ms: Optional[float] = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: Optional[float] = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
@@ -223,6 +225,8 @@ def register(app: typer.Typer) -> None:
         limits.check("time_scale", time_scale, "--time-scale")
         if max_requests is not None:
             limits.check("requests", max_requests, "--max-requests")
+        if max_concurrency:
+            limits.check("max_num_seqs", max_concurrency, "--max-concurrency")
         for opt, v in (("--sla-ttft-ms", sla_ttft_ms), ("--sla-tpot-ms", sla_tpot_ms), ("--sla-e2e-ms", sla_e2e_ms)):
             if v is not None:
                 limits.check("ms", v, opt)
@@ -241,6 +245,11 @@ def register(app: typer.Typer) -> None:
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
+        if max_concurrency:
+            disaggregated = [c.name for c in configs if c.mode != "aggregated"]
+            if disaggregated:
+                fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
+            configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
         tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests)
         seed_list = list(range(seed, seed + seeds))
         total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)

@@ -30,11 +30,12 @@ class WorkerPool:
     max_model_len: int
     replicas: int = 1
 
-    def params(self, nextn: int, accept_rates, max_passes: int) -> EngineParams:
+    def params(self, nextn: int, accept_rates, max_passes: int, max_concurrency: int = 0) -> EngineParams:
         return make_params(
             self.table, max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
             block_size=self.block_size, num_gpu_blocks=self.num_gpu_blocks, num_draft_tokens=nextn,
             accept_rates=accept_rates, max_model_len=self.max_model_len, max_passes=max_passes,
+            max_concurrency=max_concurrency,
         )
 
 
@@ -46,6 +47,11 @@ class ReplayConfig:
     (``input_tokens × kv_bytes_per_token / kv_transfer_bytes_per_s``) to a decode replica, where the
     request arrives with its prompt cached and is observed from its first decode round on (TTFT =
     prefill + transfer + first round).
+
+    ``max_concurrency`` C > 0 replays a closed loop (``vllm bench serve --max-concurrency C``): per
+    replica, a semaphore of C over the requests routed to that replica (round-robin in arrival order),
+    each request sent when it has arrived and a slot is free, FIFO; TTFT and E2E are measured from the
+    send. Aggregated deployments only. 0: open loop (every request sent at its arrival).
     """
 
     name: str
@@ -57,6 +63,7 @@ class ReplayConfig:
     kv_bytes_per_token: int | None = None
     kv_transfer_bytes_per_s: float | None = None
     data_source: str = "measured"  # what the profile's numbers are (measured, derived, modelled, calibrated)
+    max_concurrency: int = 0  # closed loop: requests in flight per replica (0: open loop)
 
     def __post_init__(self):
         agg = self.aggregated is not None
@@ -65,6 +72,10 @@ class ReplayConfig:
             raise ValueError(f"{self.name}: give either an aggregated pool or a prefill and a decode pool")
         if pd and not (self.kv_bytes_per_token and self.kv_transfer_bytes_per_s and self.kv_transfer_bytes_per_s > 0):
             raise ValueError(f"{self.name}: disaggregated replay needs kv_bytes_per_token and a positive KV link bandwidth")
+        if isinstance(self.max_concurrency, bool) or int(self.max_concurrency) != self.max_concurrency or self.max_concurrency < 0:
+            raise ValueError(f"{self.name}: max_concurrency={self.max_concurrency!r} must be an integer >= 0 (0: open loop)")
+        if pd and self.max_concurrency:
+            raise ValueError(f"{self.name}: closed-loop replay (max_concurrency) is supported for aggregated deployments only")
 
     @property
     def mode(self) -> str:

@@ -28,6 +28,10 @@ Semantics:
   was scheduled: a decode given fewer than K+1 budget tokens emits at most that many); a completed
   recompute emits one token. All tokens of a pass are stamped at its end.
 * A pass whose lookup is outside measured support stops that replay with the lookup's status code.
+* Closed loop (``max_concurrency`` C > 0), as ``vllm bench serve --max-concurrency C`` (an
+  ``asyncio.Semaphore(C)`` with FIFO wake-ups): requests are sent in arrival order, request i at
+  ``max(arrival_i, the (i-C+1)-th completion)`` for i >= C, the first C at their arrival; only sent
+  requests reach the waiting queue. Rejected requests hold no slot. C = 0 is the open loop.
 
 One pass (:func:`engine_pass`) is a sequence of phases, each a pure function from small typed Modules
 to a small typed Module: :func:`schedule_running` (:class:`RunningSchedule`), :func:`admit`
@@ -117,6 +121,7 @@ class EngineParams(eqx.Module):
     accept_rates: Float64[Array, " 5"]
     max_model_len: Int64[Array, ""]
     max_passes: Int64[Array, ""]
+    max_concurrency: Int64[Array, ""]  # closed loop: at most this many requests in flight (0: open loop)
 
 
 class ReplayResult(eqx.Module):
@@ -131,6 +136,7 @@ class ReplayResult(eqx.Module):
     admissions: Int32[Array, " N"]
     token_gap_sq_ms2: Float64[Array, " N"]
     terminal: Int32[Array, " N"]
+    sent_ms: Float64[Array, " N"]  # when the request was sent (its arrival in an open loop; nan: never sent)
     status: Int32[Array, ""]
     num_passes: Int64[Array, ""]
     end_ms: Float64[Array, ""]
@@ -244,6 +250,7 @@ class EngineState(eqx.Module):
     num_running: Int64[Array, ""]
     num_preempted: Int64[Array, ""]
     next_arrival: Int64[Array, ""]  # row of the next fresh request to admit (rows are in arrival order)
+    sent_ms: Float64[Array, " M"]  # per row: when it is sent (+inf: not yet); S trailing +inf pads
     running: Int64[Array, " S"]  # rows of the running list, in order (padding row past num_running)
     preempted: Int64[Array, " S"]  # stack of preempted rows (the top, at num_preempted - 1, resumes first)
     requests: RequestState
@@ -443,9 +450,9 @@ def _any(pred: Bool[Array, ""], axis_name: str | None) -> Bool[Array, ""]:
 
 
 def _clock(consts: ReplayConstants, s: EngineState) -> Float64[Array, ""]:
-    """The pass start: an idle engine jumps to the next arrival (arrivals are sorted, with S trailing
-    +inf pads: only the next S are ever looked at, never the whole trace)."""
-    next_ms = consts.arrival_sorted_ms[s.next_arrival]
+    """The pass start: an idle engine jumps to the next send (send times are non-decreasing in row
+    order, with S trailing +inf pads: only the next S are ever looked at, never the whole trace)."""
+    next_ms = s.sent_ms[s.next_arrival]
     idle = (s.num_running == 0) & (s.num_preempted == 0) & (next_ms > s.now_ms)
     return jnp.where(idle & (s.next_arrival < consts.num_accepted), next_ms, s.now_ms)
 
@@ -533,7 +540,7 @@ def admit(
     from_stack = slot < running.stack_size
     stack_top_down = running.stack[jnp.clip(running.stack_size - 1 - slot, 0, num_slots - 1)]
     candidates = jnp.where(from_stack, stack_top_down, s.next_arrival + (slot - running.stack_size))
-    arrived = from_stack | (consts.arrival_sorted_ms[jnp.clip(candidates, 0, pad + num_slots - 1)] <= now_ms)
+    arrived = from_stack | (s.sent_ms[jnp.clip(candidates, 0, pad + num_slots - 1)] <= now_ms)
     candidates = jnp.where(arrived, candidates, pad)
     rows = s.requests.rows(candidates)
     materialized = arrived & rows.materialized
@@ -552,7 +559,7 @@ def admit(
     next_arrival = s.next_arrival + (num_admitted - resumed)
     # S slots below max_num_seqs, all taken, and a request still waiting: a larger capacity might have
     # admitted it. The pass is not applied; the replay continues at a larger S (replay.runner).
-    waiting = (stack_size > 0) | (consts.arrival_sorted_ms[next_arrival] <= now_ms)
+    waiting = (stack_size > 0) | (s.sent_ms[next_arrival] <= now_ms)
     taken = running.num_kept + num_admitted >= num_slots
     slots_full = taken & (num_slots < p.max_num_seqs) & ~running.any_preempted & waiting
     return Admission(
@@ -732,8 +739,23 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     small["status"] = jnp.where(active & record.admission.slots_full, SLOTS_FULL, small["status"]).astype(jnp.int32)
     return EngineState(
         requests=_write_requests(s, record, applied), timeline=_write_timeline(consts, s, record, num_running, applied),
-        **small,
+        sent_ms=_release_slots(p, consts, s, jnp.sum(record.emission.done), cost.end_ms, applied), **small,
     )
+
+
+def _release_slots(
+    p: EngineParams, consts: ReplayConstants, s: EngineState, completions: Int64[Array, ""], end_ms: Float64[Array, ""],
+    applied: Bool[Array, ""],
+) -> Float64[Array, " M"]:
+    """Closed loop (``max_concurrency`` C > 0, vLLM's ``asyncio.Semaphore(C)``, FIFO wake-ups): the k-th
+    completion (0-based, in time order) releases the slot that row ``k + C`` acquires, so that row is
+    sent at ``max(its arrival, end_ms)``; rows [0, C) are sent at their arrival (:func:`_start`). Send
+    times stay non-decreasing in row order. Open loop: nothing is written."""
+    slot = jnp.arange(s.running.shape[0])
+    row = s.num_done + p.max_concurrency + slot
+    acquire = applied & (p.max_concurrency > 0) & (slot < completions) & (row < consts.num_accepted)
+    arrival_ms = consts.arrival_sorted_ms[jnp.clip(row, 0, consts.arrival_sorted_ms.shape[0] - 1)]
+    return s.sent_ms.at[jnp.where(acquire, row, s.sent_ms.shape[0])].set(jnp.maximum(arrival_ms, end_ms), mode="drop")
 
 
 def _write_requests(s: EngineState, record: PassRecord, applied: Bool[Array, ""]) -> RequestState:
@@ -789,7 +811,7 @@ def _write_timeline(consts: ReplayConstants, s: EngineState, record: PassRecord,
     if timeline.shape[0] == 0:
         return timeline
     cost, emission, reservation = record.price, record.emission, record.reservation
-    arrived = jnp.sum(consts.arrival_sorted_ms <= record.now_ms)
+    arrived = jnp.sum(s.sent_ms <= record.now_ms)
     keep = record.scheduled.listed & ~reservation.preempted & ~emission.done
     fields = dict(
         start_ms=record.now_ms, end_ms=cost.end_ms, running=num_running,
@@ -843,6 +865,9 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
     arrival_sorted_ms = jnp.concatenate([
         jnp.where(accepted[order], rq.arrival_ms[order], jnp.inf), jnp.full((int(slots),), jnp.inf)
     ])
+    row = jnp.arange(arrival_sorted_ms.shape[0])
+    # closed loop: the first C accepted requests are sent at their arrival, the others when a slot frees
+    sent_ms = jnp.where((p.max_concurrency == 0) | (row < p.max_concurrency), arrival_sorted_ms, jnp.inf)
     with_padding_row = lambda a, v: jnp.concatenate([a, jnp.full((1,), v, a.dtype)])  # noqa: E731
     prompt = with_padding_row(rq.input_tokens[order].astype(jnp.int64), 0)
     room = jnp.maximum(p.max_model_len - prompt, 0)
@@ -861,7 +886,7 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
         now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64),
         status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
         num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64),
-        next_arrival=jnp.asarray(0, jnp.int64), running=jnp.full((int(slots),), n, jnp.int64),
+        next_arrival=jnp.asarray(0, jnp.int64), sent_ms=sent_ms, running=jnp.full((int(slots),), n, jnp.int64),
         preempted=jnp.full((int(slots),), n, jnp.int64), requests=requests, failed_query=jnp.zeros((5,), jnp.int64),
         timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
     )
@@ -876,11 +901,14 @@ def _finish(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResu
     rows = jax.tree.map(lambda a: a[:n][inverse], s.requests)
     terminal = jnp.where(rows.done, DONE, UNFINISHED)
     terminal = jnp.where(rq.valid & consts.accepted, terminal, REJECTED).astype(jnp.int32)
+    sent = s.sent_ms[:n][inverse]
+    # rejected requests hold no semaphore slot: sent at their arrival
+    sent_ms = jnp.where(consts.accepted, jnp.where(jnp.isinf(sent), jnp.nan, sent), rq.arrival_ms)
     return ReplayResult(
         first_token_ms=rows.first_token_ms, second_token_ms=rows.second_token_ms, last_token_ms=rows.last_token_ms,
         output_tokens=rows.generated, decode_rounds=rows.decode_rounds.astype(jnp.int32),
         preemptions=rows.preemptions.astype(jnp.int32), admissions=rows.admissions.astype(jnp.int32),
-        token_gap_sq_ms2=rows.token_gap_sq_ms2, terminal=terminal, status=status, num_passes=s.passes,
+        token_gap_sq_ms2=rows.token_gap_sq_ms2, terminal=terminal, sent_ms=sent_ms, status=status, num_passes=s.passes,
         end_ms=jnp.nanmax(jnp.where(terminal == DONE, rows.last_token_ms, jnp.nan), initial=0.0),
         failed_query=s.failed_query, timeline=s.timeline,
     )
@@ -958,10 +986,15 @@ def widen_stack(s: EngineState, consts: ReplayConstants, slots: int) -> tuple[En
     replays that ran out of slots (``SLOTS_FULL``) are running again. Nothing else changes, so a replay
     continued this way is the replay run at ``slots`` from the start. ``slots=0`` empties the slot
     arrays of finished replays (:func:`finish_stack` never reads them: one finishing executable serves
-    every capacity)."""
-    if slots == 0:  # shapes only are read: works on ShapeDtypeStructs too
+    every capacity; send times keep their N request rows)."""
+    if slots == 0:  # works on ShapeDtypeStructs too
         empty = lambda a: np.zeros(a.shape[:-1] + (0,), a.dtype)  # noqa: E731
-        s = eqx.tree_at(lambda t: (t.running, t.preempted), s, (empty(s.running), empty(s.preempted)))
+        n = s.requests.num_rows - 1
+        if isinstance(s.sent_ms, jax.ShapeDtypeStruct):
+            sent = jax.ShapeDtypeStruct(s.sent_ms.shape[:-1] + (n,), s.sent_ms.dtype)
+        else:
+            sent = np.asarray(s.sent_ms)[..., :n]
+        s = eqx.tree_at(lambda t: (t.running, t.preempted, t.sent_ms), s, (empty(s.running), empty(s.preempted), sent))
         return s, eqx.tree_at(lambda c: c.arrival_sorted_ms, consts, empty(consts.arrival_sorted_ms))
     pad_row = s.requests.num_rows - 1
     pad = int(slots) - s.running.shape[-1]
@@ -969,7 +1002,8 @@ def widen_stack(s: EngineState, consts: ReplayConstants, slots: int) -> tuple[En
         raise ValueError(f"cannot narrow {s.running.shape[-1]} slots to {slots}")
     ext = lambda a, v: np.concatenate([np.asarray(a), np.full(a.shape[:-1] + (pad,), v, np.asarray(a).dtype)], axis=-1)  # noqa: E731
     status = np.where(np.asarray(s.status) == SLOTS_FULL, RUNNING, np.asarray(s.status)).astype(np.int32)
-    s = eqx.tree_at(lambda t: (t.running, t.preempted, t.status), s, (ext(s.running, pad_row), ext(s.preempted, pad_row), status))
+    s = eqx.tree_at(lambda t: (t.running, t.preempted, t.sent_ms, t.status), s,
+                    (ext(s.running, pad_row), ext(s.preempted, pad_row), ext(s.sent_ms, np.inf), status))
     return s, eqx.tree_at(lambda c: c.arrival_sorted_ms, consts, ext(consts.arrival_sorted_ms, np.inf))
 
 
@@ -1000,6 +1034,7 @@ def make_params(
     accept_rates=None,
     max_model_len: int,
     max_passes: int = 10_000_000,
+    max_concurrency: int = 0,
 ) -> EngineParams:
     """Validated :class:`EngineParams` for one worker (plain Python checks before any jit)."""
     ints = dict(
@@ -1009,6 +1044,8 @@ def make_params(
     for name, v in ints.items():
         if isinstance(v, bool) or int(v) != v or int(v) < 1:
             raise ValueError(f"{name}={v!r} must be an integer >= 1")
+    if isinstance(max_concurrency, bool) or int(max_concurrency) != max_concurrency or int(max_concurrency) < 0:
+        raise ValueError(f"max_concurrency={max_concurrency!r} must be an integer >= 0 (0: open loop)")
     k = int(num_draft_tokens)
     if not 0 <= k <= MAX_DRAFT_TOKENS:
         raise ValueError(f"num_draft_tokens={num_draft_tokens!r} must be within 0..{MAX_DRAFT_TOKENS}")
@@ -1021,6 +1058,7 @@ def make_params(
         table=table, max_num_batched_tokens=i64(max_num_batched_tokens), max_num_seqs=i64(max_num_seqs),
         block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
         accept_rates=jnp.asarray(rates), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
+        max_concurrency=i64(max_concurrency),
     )
 
 

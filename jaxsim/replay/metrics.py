@@ -1,7 +1,9 @@
 """Replay metrics: per-request latencies and their aggregates (numpy, after the replay).
 
-Per request: TTFT = first token - arrival; TTST = second token - first token; ITL = TPOT =
-(last - first) / (generated - 1); E2E = last token - arrival. Aggregates follow the reference's
+Per request: TTFT = first token - send; TTST = second token - first token; ITL = TPOT =
+(last - first) / (generated - 1); E2E = last token - send. The send is the arrival in an open loop;
+in a closed loop (``max_concurrency``) it is when the client's semaphore let the request go (vLLM's
+benchmark measures TTFT from there too). Aggregates follow the reference's
 prediction.json: nearest-rank percentiles at index round(q·(n-1)), ``duration_ms`` from the first
 arrival to the last token, token throughputs over that duration. Token-gap ITL statistics (gaps inside a
 speculative burst are 0) are given as mean/std; goodput counts completed requests meeting an SLA.
@@ -34,6 +36,7 @@ def per_request(
     first, second, last = r["first_token_ms"][sl], r["second_token_ms"][sl], r["last_token_ms"][sl]
     gen = r["output_tokens"][sl].astype(np.int64)
     arr = arrival[sl]
+    sent = r["sent_ms"][sl] if "sent_ms" in r else arr
     done = r["terminal"][sl] == DONE
     with np.errstate(invalid="ignore", divide="ignore"):
         steps = np.where(gen > 1, gen - 1, np.nan)
@@ -42,16 +45,17 @@ def per_request(
     return {
         "request": np.arange(n),
         "arrival_ms": arr,
+        "sent_ms": sent,
         "input_tokens": np.asarray(input_tokens)[sl].astype(np.int64),
         "output_tokens": np.asarray(output_tokens)[sl].astype(np.int64),
         "generated_tokens": gen,
         "first_token_ms": first,
         "last_token_ms": last,
-        "ttft_ms": first - arr,
+        "ttft_ms": first - sent,
         "ttst_ms": second - first,
         "itl_ms": itl,
         "tpot_ms": itl,
-        "e2e_ms": np.where(done, last - arr, nan),
+        "e2e_ms": np.where(done, last - sent, nan),
         "decode_rounds": r["decode_rounds"][sl].astype(np.int64),
         "preemptions": r["preemptions"][sl].astype(np.int64),
         "admissions": r["admissions"][sl].astype(np.int64),

@@ -25,7 +25,7 @@ from jaxsim.replay.runner import ReplayItem, run_items
 from jaxsim.replay.traces import Trace, request_bucket
 
 _FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens", "decode_rounds", "preemptions",
-           "admissions", "token_gap_sq_ms2", "terminal")
+           "admissions", "token_gap_sq_ms2", "terminal", "sent_ms")
 """The per-request result columns a deployment's replay gathers from its workers."""
 
 
@@ -44,6 +44,7 @@ class Stage:
     stream: int  # the PRNG stream of the stage within the replay (0: first stage, 1: decode stage)
     materialized: bool  # requests arrive with their prompt KV present (a decode pool)
     max_passes: int
+    max_concurrency: int = 0  # closed loop, per replica (ReplayConfig.max_concurrency)
 
     @cached_property
     def parts(self) -> list[np.ndarray]:
@@ -54,7 +55,7 @@ class Stage:
     @cached_property
     def items(self) -> list[ReplayItem]:
         size = request_bucket(max(p.size for p in self.parts))
-        params = self.pool.params(self.nextn, self.accept_rates, self.max_passes)
+        params = self.pool.params(self.nextn, self.accept_rates, self.max_passes, self.max_concurrency)
         key = jax.random.fold_in(jax.random.PRNGKey(int(self.seed)), self.stream)
         stochastic = is_stochastic(np.asarray(self.accept_rates)[: self.nextn])
         slots = slot_bucket(self.pool.max_num_seqs)
@@ -125,7 +126,7 @@ def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int) -> S
     """The aggregated pool, or the prefill pool (each request computes its prompt and first token)."""
     pool, out = (c.aggregated, trace.output_tokens) if c.mode == "aggregated" else (c.prefill, np.ones_like(trace.output_tokens))
     return Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
-                 materialized=False, max_passes=max_passes)
+                 materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency))
 
 
 def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int) -> DecodeStage:
@@ -164,6 +165,7 @@ def _disaggregated_columns(d: DecodeStage, n: int) -> dict[str, np.ndarray]:
         dec = d.run.columns(d.order.size)
         for f in _FIELDS:
             cols[f][d.order] = dec[f]
+    cols["sent_ms"] = pre["sent_ms"]  # the client sends to the prefill pool
     cols["preemptions"] = pre["preemptions"] + cols["preemptions"]
     cols["admissions"] = pre["admissions"] + cols["admissions"]
     cols["terminal"] = np.where(pre["terminal"] == DONE, cols["terminal"], pre["terminal"]).astype(np.int32)
