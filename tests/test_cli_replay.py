@@ -164,7 +164,7 @@ osl = 10
     out = tmp_path / "s.parquet"
     r = runner.invoke(app, ["replay", "--sweep", str(spec), "--trace", str(trace), "--output", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)
     assert len(rep["replays"]) == 2 and all(x["status"] == "completed" for x in rep["replays"])
     t = pq.read_table(out).to_pydict()
     assert len(set(t["config"])) == 2

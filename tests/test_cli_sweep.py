@@ -38,7 +38,7 @@ def test_sweep_writes_results_and_prints_frontier(spec, tmp_path):
     assert r.exit_code == 2 and "exists; pass --force" in r.output
     r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--force", "--json"])
     assert r.exit_code == 0, r.output
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)  # progress lines (every 10 s) go to stderr
     assert rep["configs_evaluated"] == n and rep["configs_total"] == n + rep["configs_invalid"]
     assert rep["pareto"] and all(p["sla_ok"] for p in rep["pareto"]) and rep["chunks_run"] >= 1
 

@@ -337,6 +337,6 @@ def test_sweep_report_prints_the_profile_tp_table_and_speculation(swept, tmp_pat
     lines = [ln for ln in r.output.splitlines() if ln.startswith("speculation ")]
     assert len(lines) == 2 and "sd3 K=3 (accepted=1.5) vs ar K=0, h200_sxm TP1 aggregated, chat: " in lines[0], lines
     r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "s.parquet"), "--quiet", "--force", "--json"])
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)
     assert {(b["workload"], b["profile"]) for b in rep["best_per_profile_tp"]} == {(w, p) for w in ("chat", "m") for p in ("ar", "sd3")}
     assert [s["line"] for s in rep["speculation"]] == lines
