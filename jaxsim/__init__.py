@@ -21,6 +21,11 @@ Importing the package imports no JAX; modules that compile kernels enable x64 th
 :func:`jaxsim._jax.ensure_x64`.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("jaxsim")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = ["__version__"]

@@ -116,6 +116,7 @@ def test_bad_profile_dir_and_deployment_choice(tmp_path):
     assert res.exit_code == 2 and "no deployment matches tp=2" in res.output
 
 
+@pytest.mark.slow
 def test_round_real_subprocess(tmp_path):
     _write_csv(tmp_path / "q.csv", _golden_queries("sd_k2", 10))
     proc = subprocess.run(

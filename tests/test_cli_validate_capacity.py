@@ -102,6 +102,7 @@ def test_help_has_example(cmd):
     assert res.exit_code == 0 and f"jaxsim {cmd} configs/" in res.stdout
 
 
+@pytest.mark.slow
 def test_real_subprocess(tmp_path):
     good = _write(tmp_path, "good.toml", "sd_k2")
     bad = _write(tmp_path, "bad.toml", "sd_k2", 'fallback = "allow"\n')

@@ -35,6 +35,7 @@ def _command_tree() -> dict[tuple[str, ...], object]:
     return tree
 
 
+@pytest.mark.slow
 def test_cli_reference_is_up_to_date():
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_cli_docs.py"), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr + r.stdout

@@ -109,6 +109,7 @@ def test_cache_off_writes_nothing(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", old)
 
 
+@pytest.mark.slow
 def test_replay_cli_loads_its_executable_in_a_second_process(tmp_path):
     """Two real processes: the second loads the replay executable (no compilation) and writes
     the same per-request results."""
@@ -128,6 +129,7 @@ def test_replay_cli_loads_its_executable_in_a_second_process(tmp_path):
     assert pq.read_table(tmp_path / "r0.parquet").equals(pq.read_table(tmp_path / "r1.parquet"))
 
 
+@pytest.mark.slow
 def test_sweep_cli_reuses_its_sharded_executable(tmp_path):
     """The sweep's evaluator (config axis split over every CPU core) is stored by the first process and
     loaded, not rebuilt, by the second; the results are byte-identical. A first run without the
@@ -190,6 +192,7 @@ def test_the_cache_keeps_the_most_recently_used_entries_under_its_cap(cache_dir,
     assert list(cache_dir.glob("*.bin")) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["two gigabytes", "-5", "nan"])
 def test_a_bad_cache_cap_is_a_one_line_error(bad, tmp_path):
     env = dict(os.environ, JAXSIM_CACHE_DIR=str(tmp_path / "xla"), JAXSIM_EXECUTABLE_CACHE="1", JAXSIM_EXECUTABLE_CACHE_MAX_MB=bad)

@@ -105,6 +105,7 @@ def test_output_under_a_file_is_refused(tmp_path):
     assert r.exit_code == 2 and "is a file, not a folder" in r.stderr
 
 
+@pytest.mark.slow
 def test_killed_trace_synth_leaves_nothing_under_the_final_name(tmp_path):
     """Observed: a killed trace synth --n 1e8 left a 785 MB t.csv that looked valid."""
     out = tmp_path / "t.csv"

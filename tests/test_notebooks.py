@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses / whole documents: `pytest -m "not slow"` skips them
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TIMEOUT_S = 120
 

@@ -4,6 +4,7 @@ larger capacity from the start; batched replays go through 16, 32, ... slots and
 
 from __future__ import annotations
 
+import pytest
 import os
 import subprocess
 import sys
@@ -133,6 +134,7 @@ def test_capacities():
     assert runner.capacities(256, runner.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
 
 
+@pytest.mark.slow
 def test_batches_split_over_devices_run_their_own_loops_and_equal_single_runs():
     """Two host devices (a subprocess): each runs its half of the batch in its own loop (shard_map), with
     autoregressive and speculative items, preemptions (a small KV pool) and growing capacities."""

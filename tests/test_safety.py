@@ -182,6 +182,7 @@ def test_a_cache_folder_of_another_user_is_refused(cache_dir, capsys):
     assert not cache_dir.exists()
 
 
+@pytest.mark.slow
 @needs_second_user
 def test_a_shared_cache_folder_made_by_another_user_is_not_used(shared, tmp_path):
     """Observed: with a shared JAXSIM_CACHE_DIR created by another user, that user's entries ran as the victim."""
@@ -202,6 +203,7 @@ def test_a_shared_cache_folder_made_by_another_user_is_not_used(shared, tmp_path
     assert all(p.lstat().st_uid == NOBODY.pw_uid for p in cache.rglob("*"))  # the victim wrote nothing there
 
 
+@pytest.mark.slow
 def test_new_cache_and_key_folders_are_private(tmp_path):
     cache = tmp_path / "new" / "xla"
     r = cli(["trace", "synth", "--n", "3", "--output", tmp_path / "t.csv"],
@@ -219,6 +221,7 @@ def test_new_cache_and_key_folders_are_private(tmp_path):
 # 2. temporary files: unpredictable names, never followed through a link, never published if swapped
 
 
+@pytest.mark.slow
 @needs_second_user
 def test_links_planted_at_predictable_temp_names_are_never_followed(shared, tmp_path):
     """Observed: another user pre-created .res.csv.{2..32768}.partial -> victim.txt; trace synth overwrote the
@@ -294,6 +297,7 @@ def test_only_our_own_stale_temp_files_are_removed(tmp_path):
     assert fresh.exists() and other_name.exists() and not_ours.exists() and link.is_symlink() and victim.read_text() == "precious"
 
 
+@pytest.mark.slow
 @needs_second_user
 def test_stale_temp_files_of_another_user_are_left_alone(shared):
     as_nobody(f"cd {shared} && echo x > .r.csv.abcd1234.partial && touch -d '2 hours ago' .r.csv.abcd1234.partial")
@@ -330,6 +334,7 @@ def test_import_force_never_deletes_the_folder_holding_its_input(run_dir):
     assert tree(run_dir) == before
 
 
+@pytest.mark.slow
 def test_output_dot_and_its_parents_and_home_are_refused(run_dir, tmp_path, monkeypatch):
     """Observed: --output . with the current folder deleted it (and exited 70)."""
     before = tree(run_dir)
@@ -517,6 +522,7 @@ def test_a_chunk_changed_after_its_check_is_refused_naming_the_file(profile_copy
         rs.read_chunk(work, 1)
 
 
+@pytest.mark.slow
 def test_cli_resume_over_a_truncated_chunk_exits_0_with_the_fresh_result(profile_copy, tmp_path):
     spec_path = tmp_path / "resume.toml"
     d = _spec(profile_copy)
@@ -597,6 +603,7 @@ def test_a_duplicated_json_key_is_refused(tmp_path):
         read_fpm_log(p)
 
 
+@pytest.mark.slow
 def test_a_one_pass_log_to_calibrate_is_one_line(run_dir, tmp_path):
     """Observed: a one-pass log to calibrate exited 70 (cannot reshape array of size 0)."""
     log = _log_with(run_dir, lambda ls: ls[:2])
@@ -609,6 +616,7 @@ def test_a_one_pass_log_to_calibrate_is_one_line(run_dir, tmp_path):
 # 7. user and environment errors exit 2 in one line, before any work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("platforms", ["gpu", "cuda", "tpu", "bogus"])
 def test_a_platform_jax_cannot_start_is_named_before_any_work(tmp_path, platforms):
     pytest.importorskip("jax")
@@ -619,6 +627,7 @@ def test_a_platform_jax_cannot_start_is_named_before_any_work(tmp_path, platform
     assert f"JAX_PLATFORMS='{platforms}'" in one_line_error(r) and not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", ["garbage", "--xla_bogus_flag=1", "--xla_cpu_enable_fast_math=maybe"])
 def test_broken_xla_flags_are_named_before_any_work(tmp_path, flags):
     out = tmp_path / "t.csv"
@@ -626,6 +635,7 @@ def test_broken_xla_flags_are_named_before_any_work(tmp_path, flags):
     assert f"XLA_FLAGS={flags!r}" in one_line_error(r) and not out.exists()
 
 
+@pytest.mark.slow
 def test_a_non_utf8_file_name_is_refused_up_front(tmp_path):
     bad = os.fsdecode(bytes(tmp_path) + b"/r\xff.parquet")
     r = cli(["replay", ROOT / "configs" / "deployment_llama_h200.toml", "--trace", "mooncake_tiny", "--output", bad])
@@ -633,6 +643,7 @@ def test_a_non_utf8_file_name_is_refused_up_front(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_ascii_console_does_not_crash_profiles_list():
     """Observed: LC_ALL=C jaxsim profiles list exited 70 on the '…' it prints."""
     r = cli(["profiles", "list"], env={"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": None})
@@ -678,6 +689,7 @@ def _start_long_write(out: Path, env=None):
     return p
 
 
+@pytest.mark.slow
 def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path):
     out = tmp_path / "t.csv"
     p = _start_long_write(out)
@@ -687,6 +699,7 @@ def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_what_kill_9_leaves_is_removed_by_a_later_run(tmp_path):
     """Observed: kill -9 during a merge left .X.parquet.PID.partial (234 MB), never cleaned by a later run."""
     out = tmp_path / "t.csv"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import re
 import subprocess
 import sys
@@ -77,6 +78,7 @@ def test_concepts_doc_lists_every_code():
     assert rows == st.NAMES
 
 
+@pytest.mark.slow
 def test_registry_imports_no_jax():
     code = "import sys, jaxsim.kernels.status; assert 'jax' not in sys.modules, 'jax imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -185,6 +185,7 @@ def test_strict_refuses_invalid_combinations(tmp_path):
     assert not (tmp_path / "r.parquet").exists()
 
 
+@pytest.mark.slow
 def test_sharding_over_four_devices_equals_one_device(reference, spec_path, tmp_path):
     """The config axis split over 4 host devices (a subprocess) gives the 1-device file byte for byte."""
     _, ref_out = reference

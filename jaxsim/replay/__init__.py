@@ -16,21 +16,18 @@ Typical use::
     cfg = config_from_binding(bind(load_config("configs/deployment_speculative.toml")))
     [outcome] = run_replays([cfg], load_trace("azure_code_1k", max_requests=200))
     outcome.summary["p99_ttft_ms"], outcome.status_text
+
+``__all__`` is the public API, imported on first use (importing the package imports no JAX).
 """
 
-from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool, config_from_binding
-from jaxsim.replay.engine import (
-    EngineParams, ReplayResult, Requests, is_stochastic, make_params, replay, replay_jit, replay_stack, status_name,
-)
-from jaxsim.replay.executables import replay_many
-from jaxsim.replay.metrics import aggregate, per_request, timeline_table
-from jaxsim.replay.orchestrate import run_replays
-from jaxsim.replay.runner import replay_batch, stack_params
-from jaxsim.replay.traces import Trace, gamma_trace, list_traces, load_trace, make_trace, poisson_trace
+from jaxsim._lazy import lazy_api
 
-__all__ = [
-    "EngineParams", "ReplayConfig", "ReplayOutcome", "ReplayResult", "Requests", "Trace", "WorkerPool",
-    "aggregate", "config_from_binding", "gamma_trace", "is_stochastic", "list_traces", "load_trace",
-    "make_params", "make_trace", "per_request", "poisson_trace", "replay", "replay_batch", "replay_jit", "replay_many",
-    "replay_stack", "run_replays", "stack_params", "status_name", "timeline_table",
-]
+__getattr__, __all__ = lazy_api("jaxsim.replay", {
+    **dict.fromkeys(("ReplayConfig", "ReplayOutcome", "WorkerPool", "config_from_binding"), "deployment"),
+    **dict.fromkeys(("EngineParams", "ReplayResult", "Requests", "is_stochastic", "make_params", "replay", "replay_jit", "replay_stack", "status_name"), "engine"),
+    "replay_many": "executables",
+    **dict.fromkeys(("aggregate", "per_request", "timeline_table"), "metrics"),
+    "run_replays": "orchestrate",
+    **dict.fromkeys(("replay_batch", "stack_params"), "runner"),
+    **dict.fromkeys(("Trace", "gamma_trace", "list_traces", "load_trace", "make_trace", "poisson_trace"), "traces"),
+})
