@@ -50,6 +50,8 @@ LIMITS: dict[str, Range] = {
     "bytes": Range(1, 2**53, "memory sizes in bytes (gpu_memory_bytes)"),
     "top": Range(1, 1000, "sweep --top and --verify-top"),
     "blocks": Range(1, 2**40, "KV block counts (plot timeline --num-gpu-blocks)"),
+    "usd_per_gpu_hour": Range(0, 1e4, "GPU prices, US dollars per GPU-hour (sweep [cost] usd_per_gpu_hour, --price)", integer=False, lo_open=True),
+    "load": Range(0, 1e12, "target loads of jaxsim size (--rate requests/s, --tokens-per-s output tokens/s)", integer=False, lo_open=True),
 }
 
 

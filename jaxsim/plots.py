@@ -298,7 +298,7 @@ SWEEP_PER_USER = "tokens_per_s_per_user"
 SWEEP_FEASIBLE = "sla_ok"
 SWEEP_ON_PARETO = "on_pareto"
 SWEEP_WORKLOAD = "workload"
-SWEEP_LABEL_COLUMNS = ("mode", "tp", "nextn", "concurrency")
+SWEEP_LABEL_COLUMNS = ("profile", "system", "mode", "prefill_workers", "decode_workers", "tp", "nextn", "concurrency", "concurrency_target")
 REPLAY_TTFT = "ttft_ms"
 REPLAY_TPOT = "tpot_ms"
 REPLAY_E2E = "e2e_ms"
@@ -372,20 +372,132 @@ def _read_sweep(results: Any, src: str, max_points: int) -> dict[str, np.ndarray
     return cols
 
 
+_TP_MARKERS = {1: "o", 2: "s", 4: "^", 8: "D", 16: "v", 32: "P", 64: "X"}
+_WORKLOAD_STYLES = ("-", "--", ":", "-.", (0, (8, 2, 2, 2, 2, 2)), (0, (1, 1)), (0, (10, 3)), (0, (4, 2, 1, 2, 1, 2, 1, 2)))
+
+
+def _tp_marker(tp: int) -> str:
+    return _TP_MARKERS.get(int(tp), "*")
+
+
+def _col(cols: dict, name: str, n: int, default) -> np.ndarray:
+    return np.asarray(cols[name]) if name in cols else np.full(n, default)
+
+
+@dataclass(frozen=True)
+class _PointStyle:
+    """How the points of one (profile, TP, mode) look: colour by profile (its GPU named), marker by TP,
+    filled when aggregated and hollow when disaggregated."""
+
+    profile: str
+    gpu: str
+    tp: int
+    disaggregated: bool
+
+    @property
+    def profile_label(self) -> str:
+        if not self.gpu:
+            return self.profile
+        return self.profile if self.gpu.lower().replace(" ", "") in self.profile.lower() else f"{self.profile} ({self.gpu})"
+
+
+def _styles(cols: dict, n: int) -> np.ndarray | None:
+    """A :class:`_PointStyle` per point, or None when the table names no profile (one colour then)."""
+    if "profile" not in cols:
+        return None
+    from jaxsim.cost import gpu_name
+
+    prof = np.asarray(cols["profile"]).astype(str)
+    system = _col(cols, "system", n, "").astype(str)
+    tp = _col(cols, "tp", n, 0).astype(np.int64)
+    dis = _col(cols, "mode", n, "aggregated").astype(str) == "disaggregated"
+    cache: dict = {}
+    out = np.empty(n, dtype=object)
+    for i, key in enumerate(zip(prof, system, tp, dis)):
+        if key not in cache:
+            cache[key] = _PointStyle(key[0], gpu_name(key[1]) if key[1] else "", int(key[2]), bool(key[3]))
+        out[i] = cache[key]
+    return out
+
+
 def _config_label(cols: dict, i: int) -> str:
+    """A frontier point's annotation: GPU, TP, serving mode, K (when speculative) and concurrency."""
     parts = []
-    for key, fmt in (("mode", "{}"), ("tp", "TP{}"), ("nextn", "K={}"), ("concurrency", "{} conc.")):
-        if key in cols:
-            v = cols[key][i]
-            parts.append(fmt.format(v.item() if hasattr(v, "item") else v))
+    if "system" in cols:
+        from jaxsim.cost import gpu_name
+
+        parts.append(gpu_name(str(np.asarray(cols["system"])[i])))
+    elif "profile" in cols:
+        parts.append(str(np.asarray(cols["profile"])[i]))
+    if "tp" in cols:
+        parts.append(f"TP{int(np.asarray(cols['tp'])[i])}")
+    if "mode" in cols:
+        mode = str(np.asarray(cols["mode"])[i])
+        if mode == "disaggregated" and "prefill_workers" in cols:
+            mode = f"disagg {int(cols['prefill_workers'][i])}:{int(cols['decode_workers'][i])}"
+        parts.append("agg" if mode == "aggregated" else mode)
+    if "nextn" in cols and int(np.asarray(cols["nextn"])[i]):
+        parts.append(f"K={int(np.asarray(cols['nextn'])[i])}")
+    conc = _first(cols, ("concurrency_target", "concurrency"))
+    if conc is not None:
+        parts.append(f"c={int(np.asarray(cols[conc])[i])}")
     return " ".join(parts)
+
+
+def _draw_points(ax, x, y, feasible, styles) -> list:
+    """The SLA-feasible points, one scatter per style (or one "meets the SLA" layer); legend handles of
+    the colours (profiles), markers (TP) and fills (serving mode)."""
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+
+    if styles is None:
+        ax.scatter(x[feasible], y[feasible], s=8, c="#9ecae1", label="meets the SLA", rasterized=True)
+        return []
+    keys = list(dict.fromkeys(styles[feasible].tolist()))
+    profiles = list(dict.fromkeys(k.profile_label for k in keys))
+    cmap = colormaps["tab10" if len(profiles) <= 10 else "tab20"]
+    colour = {p: cmap(i % cmap.N) for i, p in enumerate(profiles)}
+    for k in keys:
+        sel = feasible & (styles == k)
+        c = colour[k.profile_label]
+        ax.scatter(x[sel], y[sel], s=22, marker=_tp_marker(k.tp), facecolors="none" if k.disaggregated else [c], edgecolors=[c],
+                   linewidths=0.9, label=f"{k.profile_label} TP{k.tp} {'disaggregated' if k.disaggregated else 'aggregated'}", rasterized=True)
+    handles = [Line2D([], [], ls="", marker="o", ms=7, color=colour[p], label=p) for p in profiles]
+    handles += [Line2D([], [], ls="", marker=_tp_marker(tp), ms=7, color="#444444", label=f"TP{tp}")
+                for tp in sorted({k.tp for k in keys})]
+    modes = sorted({k.disaggregated for k in keys})
+    if len(modes) > 1 or modes == [True]:
+        handles += [Line2D([], [], ls="", marker="o", ms=7, color="#444444", markerfacecolor="none" if d else "#444444",
+                           label="disaggregated (hollow)" if d else "aggregated (filled)") for d in modes]
+    return handles
+
+
+def _draw_frontiers(ax, cols, x, y, feasible, given, groups, styled: bool) -> list[np.ndarray]:
+    """One frontier line per workload: dark, a line style per workload when points carry profile colours."""
+    from matplotlib import colormaps
+
+    names = list(dict.fromkeys(groups[feasible].tolist()))
+    cmap = colormaps["tab10"]
+    fronts = []
+    for j, g in enumerate(names):
+        sel = feasible & (groups == g)
+        front = given & sel if given is not None else pareto_mask(np.where(sel, x, np.nan), np.where(sel, y, np.nan))
+        o = np.flatnonzero(front)[np.argsort(x[front])]
+        fronts.append(o)
+        label = "SLA-feasible Pareto frontier" + ("" if len(names) == 1 and g == "all" else f": {g}") + f" ({o.size})"
+        if styled:
+            ax.plot(x[o], y[o], linestyle=_WORKLOAD_STYLES[j % len(_WORKLOAD_STYLES)], color="#222222", lw=1.3, label=label, zorder=3)
+        else:
+            ax.plot(x[o], y[o], "o-", color=cmap(j % 10) if len(names) > 1 else "#d94801", ms=4, lw=1.6, label=label)
+    return fronts
 
 
 def plot_pareto(
     results: Any, path: str | os.PathLike, *, workload: str | None = None, title: str | None = None, max_points: int = 200_000
 ) -> Path:
-    """Output tokens/s per GPU vs tokens/s per user for the evaluated configs (a sweep result table);
-    SLA-feasible points highlighted, with one Pareto frontier per workload (``workload``: draw one only)."""
+    """Output tokens/s per GPU vs tokens/s per user for the evaluated configs (a sweep result table):
+    SLA-feasible points coloured by profile (its GPU named), marked by TP, filled when aggregated and hollow
+    when disaggregated; one Pareto frontier per workload (``workload``: draw one only)."""
     src = str(results) if isinstance(results, (str, os.PathLike)) else "results"
     cols = _read_sweep(results, src, max_points)
     groups = np.asarray(cols[SWEEP_WORKLOAD]).astype(str) if SWEEP_WORKLOAD in cols else np.full(cols[SWEEP_PER_GPU].shape, "all")
@@ -401,29 +513,21 @@ def plot_pareto(
     finite = np.isfinite(x) & np.isfinite(y)
     feasible = (np.asarray(cols[SWEEP_FEASIBLE], dtype=bool) if SWEEP_FEASIBLE in cols else np.ones(x.shape, bool)) & finite
     given = np.asarray(cols[SWEEP_ON_PARETO], dtype=bool) & feasible if SWEEP_ON_PARETO in cols else None
-    fig, (ax,) = _figure(9.5, 6.0)
+    styles = _styles(cols, x.size)
+    fig, (ax,) = _figure(11.0, 6.5)
     miss = finite & ~feasible
-    ax.scatter(x[miss], y[miss], s=6, c="#cccccc", label="misses the SLA", rasterized=True)
-    ax.scatter(x[feasible], y[feasible], s=8, c="#9ecae1", label="meets the SLA", rasterized=True)
-    from matplotlib import colormaps
-
-    names = list(dict.fromkeys(groups[feasible].tolist()))
-    cmap = colormaps["tab10"]
-    n_front = 0
-    fronts = []
-    for j, g in enumerate(names):
-        sel = feasible & (groups == g)
-        front = given & sel if given is not None else pareto_mask(np.where(sel, x, np.nan), np.where(sel, y, np.nan))
-        o = np.flatnonzero(front)[np.argsort(x[front])]
-        n_front += o.size
-        fronts.append(o)
-        label = "SLA-feasible Pareto frontier" + ("" if len(names) == 1 and g == "all" else f": {g}") + f" ({o.size})"
-        ax.plot(x[o], y[o], "o-", color=cmap(j % 10) if len(names) > 1 else "#d94801", ms=4, lw=1.6, label=label)
+    ax.scatter(x[miss], y[miss], s=5, c="#d0d0d0", label="misses the SLA", rasterized=True, zorder=1)
+    handles = _draw_points(ax, x, y, feasible, styles)
+    fronts = _draw_frontiers(ax, cols, x, y, feasible, given, groups, styles is not None)
+    n_front = sum(o.size for o in fronts)
     if 0 < n_front <= 12:
+        right = np.nanmax(x[finite]) if finite.any() else 0.0
         for i in np.concatenate(fronts):
             text = _config_label(cols, int(i))
-            if text:
-                ax.annotate(text, (x[i], y[i]), fontsize=6, xytext=(4, 3), textcoords="offset points")
+            if text:  # labels of the right-most points grow leftwards, inside the axes
+                near_edge = x[i] > 0.8 * right
+                ax.annotate(text, (x[i], y[i]), fontsize=6.5, xytext=(-4 if near_edge else 4, 3), textcoords="offset points",
+                            ha="right" if near_edge else "left")
     ax.set_xlabel("output tokens/s per user (interactivity)")
     ax.set_ylabel("output tokens/s per GPU (throughput)")
     ax.grid(True, alpha=0.3)
@@ -431,7 +535,15 @@ def plot_pareto(
     extra = f"; {n_out} outside measured support, not drawn" if n_out else ""
     scope = f" ({workload})" if workload else ""
     ax.set_title(title or f"Throughput vs interactivity{scope}: {int(finite.sum())} configs drawn{extra}", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    lines = [h for h in ax.get_lines() if h.get_label().startswith("SLA-feasible Pareto frontier")]
+    grey = [c for c in ax.collections if c.get_label() == "misses the SLA" and len(c.get_offsets())]
+    if handles:
+        first = ax.legend(handles=handles, title="colour: profile (GPU) · marker: TP", fontsize=7, title_fontsize=7.5,
+                          loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.add_artist(first)
+        ax.legend(handles=lines + grey, fontsize=7, loc="lower left", bbox_to_anchor=(1.01, 0.0))
+    else:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
@@ -493,7 +605,7 @@ def plot_latency_cdf(results: Any, path: str | os.PathLike, *, title: str | None
         ax.legend(fontsize=6 if len(keys) > 1 else 7, loc="lower right")
     n_done = int(done.sum())
     notes = sorted({_replay_stop_note(cols, groups == k) for k in keys} - {""})
-    stop = f"\nreplay stopped early — {notes[0]}" if len(notes) == 1 else (f"\n{len(notes)} replays stopped early" if notes else "")
+    stop = f"\nreplay incomplete — {notes[0]}" if len(notes) == 1 else (f"\n{len(notes)} replays incomplete" if notes else "")
     fig.suptitle(title or f"Latency distributions over {n_done} completed requests ({done.size - n_done} not completed){stop}", fontsize=10)
     return _save(fig, path)
 
@@ -508,41 +620,74 @@ def _series(cols: dict) -> list[tuple[str, np.ndarray]]:
     return [(str(k).strip() or "replay", key == k) for k in dict.fromkeys(key.tolist())]
 
 
+POOL_LINE_MIN_SHARE = 0.3
+"""The KV timeline draws the pool as a line (use as % of it) when the peak use reaches this share of it."""
+
+
+def _series_pools(cols: dict, series, num_gpu_blocks: int | None) -> list[int | None]:
+    """The KV pool (blocks) of each series: ``num_gpu_blocks`` when given, else the timeline's own
+    ``kv_pool_blocks`` column (``jaxsim replay --timeline`` writes it), else unknown."""
+    if num_gpu_blocks:
+        return [int(num_gpu_blocks)] * len(series)
+    if "kv_pool_blocks" not in cols:
+        return [None] * len(series)
+    col = np.asarray(cols["kv_pool_blocks"], dtype=np.int64)
+    return [int(col[m].max()) if m.any() else None for _, m in series]
+
+
 def plot_kv_timeline(timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None, max_series: int = 6) -> Path:
-    """KV-cache blocks in use and running / waiting requests over simulated time, from a replay timeline
-    (``jaxsim.replay.metrics.timeline_table`` or ``jaxsim replay --timeline``); one line per config/worker."""
+    """KV-cache blocks in use, with the KV pool's size, and running / waiting requests over simulated time,
+    from a replay timeline (``jaxsim.replay.metrics.timeline_table`` or ``jaxsim replay --timeline``); one line
+    per config/worker. Use is drawn as a percentage of each worker's pool, with the pool as a dashed line at
+    100 %, when the peak use reaches 30 % of it; otherwise in blocks, the pool named in a note."""
+    from matplotlib import colormaps
+
     src = str(timeline) if isinstance(timeline, (str, os.PathLike)) else "timeline"
     cols = read_columns(timeline)
     _need(cols, ("end_ms", "kv_blocks_used", "running", "waiting"), "replay timeline", src)
     series = _series(cols)[:max_series]
-    peak = float(np.max(np.asarray(cols["kv_blocks_used"], dtype=np.float64), initial=0.0))
-    percent = bool(num_gpu_blocks) and peak >= 0.05 * num_gpu_blocks  # a nearly empty pool reads better in blocks
-    fig, axes = _figure(12.0, 4.8, 2)
+    pools = _series_pools(cols, series, num_gpu_blocks)
+    used_all = np.asarray(cols["kv_blocks_used"], dtype=np.float64)
+    peaks = [float(np.max(used_all[m], initial=0.0)) for _, m in series]
+    # as a share of the pool (with the pool's line at 100 %) when the replay fills a good part of it; a pool
+    # it hardly touches would squash the use to the floor: then use in blocks, the pool named in a note
+    percent = all(pools) and max((pk / pl for pk, pl in zip(peaks, pools)), default=0.0) >= POOL_LINE_MIN_SHARE
+    fig, axes = _figure(12.5, 4.8, 2)
     ax, ax2 = axes
+    cmap = colormaps["tab10"]
     passes = 0
-    for label, m in series:
+    drawn = 0
+    for j, ((label, m), pool) in enumerate(zip(series, pools)):
+        colour = cmap(j % 10)
         t = np.asarray(cols["end_ms"], dtype=np.float64)[m] / 1000.0
-        used = np.asarray(cols["kv_blocks_used"], dtype=np.float64)[m]
+        used = used_all[m]
         passes += t.size
         tag = "" if len(series) == 1 else f"{label}: "
-        ax.step(t, 100.0 * used / num_gpu_blocks if percent else used, where="post", lw=1.0, label=label)
-        ax2.step(t, np.asarray(cols["running"])[m], where="post", lw=1.0, label=f"{tag}running (admitted)")
-        ax2.step(t, np.asarray(cols["waiting"])[m], where="post", lw=1.0, ls="--", label=f"{tag}waiting (queued)")
+        ax.step(t, 100.0 * used / pool if percent else used, where="post", lw=1.0, color=colour, label=f"{tag}KV blocks in use")
+        if pool and (percent or pool * POOL_LINE_MIN_SHARE <= max(peaks)):
+            level = 100.0 if percent else pool
+            ax.axhline(level, color=colour, ls="--", lw=1.1, label=f"{tag}KV pool: {pool:,} blocks")
+            drawn += 1
+        elif pool:
+            ax.text(0.99, 0.97 - 0.06 * j, f"{tag}KV pool: {pool:,} blocks (off the scale: peak use {100.0 * peaks[j] / pool:.1f} %)",
+                    transform=ax.transAxes, ha="right", va="top", fontsize=7, color=colour)
+        ax2.step(t, np.asarray(cols["running"])[m], where="post", lw=1.0, color=colour, label=f"{tag}running (admitted)")
+        ax2.step(t, np.asarray(cols["waiting"])[m], where="post", lw=1.0, ls="--", color=colour, alpha=0.7, label=f"{tag}waiting (queued)")
         if "preemptions" in cols:
             pre = np.asarray(cols["preemptions"])[m] > 0
             if pre.any():
                 ax2.plot(t[pre], np.asarray(cols["running"])[m][pre], "x", color="#cb181d", ms=4, label=f"{tag}pass with a preemption")
     if percent:
-        ax.set_ylabel(f"KV pool in use (% of {num_gpu_blocks:,} blocks)")
-        ax.set_ylim(0, 105)
+        ax.set_ylabel("KV pool in use (% of the worker's blocks)")
+        ax.set_ylim(0, 108)
     else:
-        ax.set_ylabel("KV blocks in use" + (f" (pool: {num_gpu_blocks:,} blocks)" if num_gpu_blocks else ""))
+        ax.set_ylabel("KV blocks in use")
         ax.set_ylim(bottom=0)
     ax.set_xlabel("simulated time (s)")
-    ax.set_title("KV cache use after each scheduler pass", fontsize=9)
+    pool_note = "dashed: the KV pool" if drawn else ("the KV pool: top right" if any(pools) else "pool size unknown: --num-gpu-blocks")
+    ax.set_title(f"KV cache use after each scheduler pass ({pool_note})", fontsize=9)
     ax.grid(True, alpha=0.3)
-    if len(series) > 1:
-        ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="best")
     ax2.set_xlabel("simulated time (s)")
     ax2.set_ylabel("requests")
     ax2.set_title("Requests running and waiting", fontsize=9)

@@ -37,6 +37,21 @@ def test_profiles_list_marks_derived_profiles():
     assert r.exit_code == 0 and "derived" in r.output and "llama-3.1-8b-fp8-h200" in r.output
 
 
+@pytest.mark.slow
+def test_profiles_list_piped_keeps_whole_names():
+    """Observed (issue 28): piped, `profiles list` cut names at rich's default 80 columns ("qwen3-32b-bf16-b3…")."""
+    import os
+
+    from jaxsim.data.registry import list_bundled
+
+    r = subprocess.run([sys.executable, "-m", "jaxsim", "profiles", "list"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    for p in list_bundled():
+        assert f" {p.name} " in r.stdout and f" {p.model} " in r.stdout, p.name
+
+
 def test_profiles_show_reports_support_provenance_and_licence():
     r = runner.invoke(app, ["profiles", "show", "qwen3-32b-bf16-b300", "--json"])
     assert r.exit_code == 0, r.output

@@ -72,6 +72,8 @@ def test_cli_replays_a_golden_case(golden_setup, tmp_path):
     assert abs(summary[0]["mean_e2e_ms"] - CASE["result"]["aggregate"]["mean_e2e_latency_ms"]) < 1e-9
     tl = pq.read_table(out.with_name("out.timeline.parquet")).to_pydict()
     assert len(tl["pass"]) > 0 and max(tl["kv_blocks_used"]) <= CASE["engine_settings"]["kv_blocks"]
+    # each worker's KV pool travels with its timeline (the timeline plot draws it)
+    assert set(tl["kv_pool_blocks"]) == {CASE["engine_settings"]["kv_blocks"]} and set(tl["role"]) == {"aggregated"}
 
 
 def test_cli_closed_loop(golden_setup, tmp_path):
@@ -162,7 +164,7 @@ osl = 10
     out = tmp_path / "s.parquet"
     r = runner.invoke(app, ["replay", "--sweep", str(spec), "--trace", str(trace), "--output", str(out), "--json"])
     assert r.exit_code == 0, r.output
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)
     assert len(rep["replays"]) == 2 and all(x["status"] == "completed" for x in rep["replays"])
     t = pq.read_table(out).to_pydict()
     assert len(set(t["config"])) == 2
@@ -201,9 +203,36 @@ def test_cli_names_rejected_requests_and_exits_3_when_nothing_completes(golden_s
     r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--no-progress"])
     assert r.exit_code == 3, r.output
     assert f"1 request(s) rejected: row 1: prompt of {ctx + 5:,} tokens >= max_model_len" in r.stderr
-    assert "completed no request" in r.stderr
+    assert "rejected 1 of 1 requests" in r.stderr
     t = pq.read_table(out).to_pydict()
     assert t["terminal"] == ["rejected"] and "max_model_len" in t["reason"][0]
+
+
+def test_a_replay_with_rejected_requests_says_so_and_exits_3(golden_setup, tmp_path, monkeypatch):
+    """Observed (issue 28): a replay with 91 of 1,000 requests rejected said `completed` and exited 0. Now its
+    status says how many were rejected, it exits 3 like any incomplete replay (--allow-incomplete: 0), and
+    off a terminal the progress is a plain line on stderr."""
+    import jaxsim.progress
+
+    monkeypatch.setattr(jaxsim.progress, "PROGRESS_INTERVAL_S", 0.0)  # a line at every step
+    cfg, good = golden_setup
+    ctx = CASE["engine_settings"]["context_length"]
+    rows = good.read_text().splitlines()
+    trace = tmp_path / "mixed.csv"
+    last = float(rows[-1].split(",")[0])
+    trace.write_text("\n".join(rows + [f"{last + 1},{ctx + 5},4"]) + "\n")
+    n = len(rows)  # header + requests: the appended one is request n
+    out = tmp_path / "o.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json"])
+    assert r.exit_code == 3, r.output
+    rep = json.loads(r.stdout)["replays"][0]
+    assert rep["status"] == f"rejected: 1 of {n} requests" and rep["completed_requests"] == n - 1
+    assert f"incomplete: 1 of 1 replays did not complete the trace (first: golden seed 0: rejected 1 of {n} requests)" in r.stderr
+    assert "replaying " in r.stderr and "worker replicas done (100 %)" in r.stderr  # progress lines, not a bar
+    t = pq.read_table(out).to_pydict()
+    assert set(t["status"]) == {f"rejected: 1 of {n} requests"} and t["terminal"].count("rejected") == 1
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--force", "--allow-incomplete", "--no-progress"])
+    assert r.exit_code == 0 and "warning: 1 of 1 replays did not complete" in r.stderr and "replaying " not in r.stderr
 
 
 @pytest.mark.parametrize("args, msg", [

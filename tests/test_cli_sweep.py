@@ -38,26 +38,67 @@ def test_sweep_writes_results_and_prints_frontier(spec, tmp_path):
     assert r.exit_code == 2 and "exists; pass --force" in r.output
     r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--force", "--json"])
     assert r.exit_code == 0, r.output
-    rep = json.loads(r.output)
+    rep = json.loads(r.stdout)  # progress lines (every 10 s) go to stderr
     assert rep["configs_evaluated"] == n and rep["configs_total"] == n + rep["configs_invalid"]
     assert rep["pareto"] and all(p["sla_ok"] for p in rep["pareto"]) and rep["chunks_run"] >= 1
 
 
-def test_default_output_never_clobbers(spec, tmp_path, monkeypatch):
+def test_default_output_is_refused_like_every_other_output(spec, tmp_path, monkeypatch):
+    """Observed (issue 28): the default output auto-numbered (golden.results.1.parquet, ...) while every other
+    command refuses an existing file. Now the default name is refused too, and --force overwrites it with the
+    same (deterministic) bytes; nothing else is written."""
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "golden.results.parquet").exists()
     before = (tmp_path / "golden.results.parquet").read_bytes()
-    # a rerun of the same command writes the next free name and leaves the first result untouched
     r = runner.invoke(app, ["sweep", str(spec), "--quiet"])
+    assert r.exit_code == 2 and r.output.strip() == "error: golden.results.parquet: exists; pass --force to overwrite"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.results.parquet"]
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+    r = runner.invoke(app, ["sweep", str(spec), "--quiet", "--force"])
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "golden.results.parquet").read_bytes() == before
-    assert (tmp_path / "golden.results.1.parquet").read_bytes() == before  # deterministic bytes
-    # an explicit existing output is refused without --force
-    r = runner.invoke(app, ["sweep", str(spec), "-o", "golden.results.parquet"])
-    assert r.exit_code == 2 and "golden.results.parquet: exists" in r.output
-    assert (tmp_path / "golden.results.parquet").read_bytes() == before
+    assert (tmp_path / "golden.results.parquet").read_bytes() == before  # deterministic bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["golden.results.parquet"]
+
+
+def test_no_verification_hint_when_nothing_is_feasible(tmp_path):
+    """Observed (issue 28): `next: ... --verify-top 3` was suggested when no configuration met the SLA."""
+    spec = tmp_path / "tight.toml"
+    spec.write_text(toml(spec_dict(sla={"max_ttft_ms": 0.001}, serving={"mode": ["aggregated"]})))
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "t.parquet"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "no configuration meets the SLA" in r.output and "--verify-top" not in r.output
+    assert "next: no configuration met the SLA; loosen [sla] in" in r.output
+
+
+def test_progress_is_a_plain_line_on_stderr_off_a_terminal(spec, tmp_path, monkeypatch):
+    """Observed (issue 28): sweep progress only on a terminal, nothing in a piped or CI run. Off a terminal
+    it is now a line on stderr (every 10 s; here every chunk); --quiet turns it off."""
+    import jaxsim.progress
+
+    monkeypatch.setattr(jaxsim.progress, "PROGRESS_INTERVAL_S", 0.0)
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "p.parquet"), "--chunk-size", "256"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("sweep: ")]
+    n = pq.read_metadata(tmp_path / "p.parquet").num_rows
+    assert len(lines) >= 2 and lines[-1].startswith(f"sweep: {n:,} / {n:,} configs (100 %), ") and "configs/s" in lines[-1]
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "p.parquet"), "--force", "--quiet"])
+    assert r.exit_code == 0 and "sweep: " not in r.stderr
+
+
+def test_progress_lines_print_at_most_every_interval():
+    import io
+
+    from jaxsim.progress import ProgressLines
+
+    now = [0.0]
+    out = io.StringIO()
+    p = ProgressLines("replay", 100, "replicas", interval_s=10.0, stream=out, clock=lambda: now[0])
+    for _ in range(10):
+        now[0] += 4.0
+        p.advance(10)
+    assert out.getvalue().splitlines() == ["replay: 30 / 100 replicas (30 %), 12 s", "replay: 60 / 100 replicas (60 %), 24 s",
+                                           "replay: 90 / 100 replicas (90 %), 36 s"]
 
 
 @pytest.mark.parametrize(

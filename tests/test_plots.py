@@ -239,6 +239,73 @@ def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path, monkeypatch):
         np.testing.assert_array_equal(lines[f"SLA-feasible Pareto frontier: {g} ({len(o)})"], want)
 
 
+def _gpu_sweep(n: int = 240, seed: int = 4) -> dict[str, np.ndarray]:
+    """A multi-GPU, multi-TP, aggregated + disaggregated, two-workload sweep table."""
+    cols = sweep_columns(n, seed)
+    rng = np.random.default_rng(seed)
+    prof = rng.choice(["h100", "h200", "b200"], n)
+    cols.update(profile=prof, system=np.char.add(prof, "_sxm"), tp=rng.choice([2, 4, 8], n),
+                mode=rng.choice(["aggregated", "disaggregated"], n), prefill_workers=np.ones(n, int), decode_workers=np.ones(n, int),
+                concurrency_target=rng.choice([1, 8, 64], n))
+    return cols
+
+
+def test_pareto_colours_by_gpu_marks_by_tp_and_hollows_disaggregated(tmp_path, monkeypatch):
+    """Observed (issue 28): points were not coloured by profile and labels named no GPU. Now colour = profile
+    (GPU named in the legend), marker = TP, hollow = disaggregated; frontier labels name the GPU."""
+    cols = _gpu_sweep()
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(cols, tmp_path / "gpus.png"))
+    (ax,) = fig.axes
+    feas = np.asarray(cols[plots.SWEEP_FEASIBLE]) & np.isfinite(cols[plots.SWEEP_PER_GPU])
+    layers = [c for c in ax.collections if c.get_label() != "misses the SLA"]
+    assert sum(len(c.get_offsets()) for c in layers) == int(feas.sum())
+    edge = {c.get_label(): tuple(np.round(c.get_edgecolor()[0], 3)) for c in layers}
+    by_profile = {}
+    for label, colour in edge.items():
+        by_profile.setdefault(label.split()[0], set()).add(colour)
+    assert all(len(v) == 1 for v in by_profile.values()) and len({next(iter(v)) for v in by_profile.values()}) == 3
+    for c in layers:  # hollow exactly when disaggregated
+        assert (len(c.get_facecolor()) == 0 or c.get_facecolor()[0][3] == 0) == c.get_label().endswith("disaggregated"), c.get_label()
+    legends = [ch for ch in ax.get_children() if type(ch).__name__ == "Legend"]
+    texts = {t.get_text() for lg in legends for t in lg.get_texts()}
+    assert {"h100", "h200", "b200", "TP2", "TP4", "TP8", "aggregated (filled)", "disaggregated (hollow)"} <= texts
+    marker_of = {h.get_label(): h.get_marker() for lg in legends for h in lg.legend_handles if h.get_label().startswith("TP")}
+    assert len(set(marker_of.values())) == 3
+    styles = {line.get_label(): line.get_linestyle() for line in ax.get_lines() if line.get_label().startswith("SLA-feasible Pareto")}
+    assert len(styles) == 2 and len(set(styles.values())) == 2  # workloads told apart by line style
+    # few frontier points: each is annotated with its GPU, TP, mode and concurrency
+    one = {k: v[:40] for k, v in _gpu_sweep(seed=9).items()}
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(one, tmp_path / "few.png", workload="chat"))
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert notes and all(n.split()[0] in ("H100", "H200", "B200") and " TP" in n and " c=" in n for n in notes), notes
+
+
+def test_kv_timeline_draws_the_pool(tmp_path, monkeypatch):
+    """Observed (issue 28): the KV timeline had no line for the pool size."""
+    n = 200
+    used = (np.arange(n) % 50) * 10
+    tl = {"end_ms": np.arange(n) * 10.0, "kv_blocks_used": used, "running": used // 10, "waiting": np.zeros(n, int),
+          "kv_pool_blocks": np.full(n, 600)}
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_kv_timeline(tl, tmp_path / "pool.png"))
+    ax = fig.axes[0]
+    (pool,) = [ln for ln in ax.get_lines() if ln.get_label() == "KV pool: 600 blocks"]
+    assert set(pool.get_ydata()) == {100.0} and "% of the worker's blocks" in ax.get_ylabel()  # use as a share of the pool
+    # a pool the replay hardly touches: named, not drawn as a line squashing the use to the floor
+    tl["kv_pool_blocks"] = np.full(n, 100_000)
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_kv_timeline(tl, tmp_path / "big.png"))
+    ax = fig.axes[0]
+    assert not [ln for ln in ax.get_lines() if "KV pool" in ln.get_label()]
+    assert any("KV pool: 100,000 blocks (off the scale: peak use 0.5 %)" in t.get_text() for t in ax.texts)
+    # two workers with their own pools (prefill and decode): one pool line each, in its worker's colour
+    two = {k: np.concatenate([v, v]) for k, v in tl.items()}
+    two["kv_pool_blocks"] = np.r_[np.full(n, 600), np.full(n, 900)]
+    two["worker"] = np.repeat([0, 1], n)
+    fig = _drawn_figure(monkeypatch, lambda: plots.plot_kv_timeline(two, tmp_path / "two.png"))
+    lines = {ln.get_label(): ln.get_color() for ln in fig.axes[0].get_lines()}
+    assert lines["worker 0: KV pool: 600 blocks"] == lines["worker 0: KV blocks in use"]
+    assert lines["worker 1: KV pool: 900 blocks"] == lines["worker 1: KV blocks in use"] != lines["worker 0: KV blocks in use"]
+
+
 def test_kv_timeline(tmp_path):
     n = 300
     rng = np.random.default_rng(2)

@@ -1,14 +1,15 @@
 """The README's commands run as written (item 6 of issue 12): the import example verbatim (with its
-files from the repository), and the Tour's other commands checked here for the cheap ones."""
+files from the repository), the Tour's commands in process, and (issue 28, marked slow) the whole README as a
+reader runs it: after the two set-up commands, every bash block in order, in one folder, in one shell."""
 
 from __future__ import annotations
 
-import pytest
 import re
 import shlex
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
@@ -112,7 +113,7 @@ def test_readme_tour_runs_as_written(tmp_path, monkeypatch):
         want = 3 if "azure_code_1k" in line else 0
         assert r.exit_code == want, (line, r.output[-2000:])
     for f in ("out.csv", "sweep.parquet", "pareto.png", "pareto-chat.png", "t.csv", "replay.parquet", "cdf.png", "kv.png",
-              "real.parquet", "my_profile/profile.json"):
+              "real-measured.parquet", "my_profile/profile.json"):
         assert (tmp_path / f).is_file(), f
 
 
@@ -125,3 +126,89 @@ def test_mixed_composition_is_defined_identically():
         assert len(found) == 1, page
         defs.append(found[0])
     assert defs[0] == defs[1]
+
+
+# ---- the whole README, as a reader runs it (issue 28) ---------------------------------------------------
+
+NETWORK = ("pip install", "python3 -m venv", "git clone")
+"""Commands that need the network (the package index): the reader has run them; the test environment has
+what they install (the test extra includes the opmodel one)."""
+
+
+def reader_commands(text: str = README) -> list[str]:
+    """Every command of every bash block after the first (the set-up commands), in order: continuation lines
+    joined, comment lines dropped, network commands left out."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S)[1:]:
+        logical = re.sub(r"\\\n\s*", " ", block)
+        for ln in logical.splitlines():
+            if ln.strip() and not ln.lstrip().startswith("#") and not ln.strip().startswith(NETWORK):
+                out.append(ln.rstrip())
+    return out
+
+
+def expected_exit(cmd: str) -> int:
+    """What the README says a command exits with: 3 where its comment says "exit 3", else 0."""
+    comment = cmd.split("  #", 1)[1] if "  #" in cmd else ""
+    return 3 if "exit 3" in comment else 0
+
+
+def _run_as_a_reader(folder: Path, commands: list[str], timeout_s: int) -> tuple[list[int], str]:
+    """One bash shell in ``folder`` running ``commands`` in order; (exit code of each, everything printed)."""
+    import os
+    import subprocess
+    import sys
+
+    lines = ['jaxsim() { "$JAXSIM_PYTHON" -m jaxsim "$@"; }  # this checkout\'s jaxsim, as `pip install -e .` gives it']
+    for i, cmd in enumerate(commands):
+        lines += [f"echo '::cmd {i}'", cmd, f"echo \"::rc {i} $?\""]
+    script = folder / "readme.sh"
+    script.write_text("\n".join(lines) + "\n")
+    env = {**os.environ, "JAXSIM_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    r = subprocess.run(["bash", str(script)], cwd=folder, capture_output=True, text=True, timeout=timeout_s, env=env)
+    codes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^::rc (\d+) (\d+)$", r.stdout, flags=re.M)}
+    return [codes.get(i, -1) for i in range(len(commands))], r.stdout + r.stderr
+
+
+def _output_of(log: str, i: int) -> str:
+    return log.split(f"::cmd {i}\n", 1)[1].split(f"::rc {i} ", 1)[0]
+
+
+def test_reader_commands_cover_every_block():
+    cmds = reader_commands()
+    assert cmds[0].startswith("jaxsim profiles list  ")  # the Tour comes right after the set-up block
+    assert any(c.startswith("for gpu in h100_sxm h200_sxm b200_sxm; do jaxsim import op-model") and c.endswith("done") for c in cmds)
+    assert "jaxsim size gpu_whatif.results.parquet --rate 20" in [c.split("  #")[0].strip() for c in cmds]
+    assert not any(c.startswith("pip ") for c in cmds)
+    # the opmodel extra is installed in a code block before the GPU what-if needs it
+    what_if = README.index("### A GPU what-if")
+    assert "```bash\npip install -e '.[opmodel]'" in README[what_if:]
+    outs = [m.group(1) for c in cmds for m in re.finditer(r"--output (\S+)", c) if "--force" not in c]
+    assert len(outs) == len(set(outs)), "two README commands write the same output without --force: the second one refuses"
+
+
+def test_readme_runs_top_to_bottom_as_a_reader_would(tmp_path):
+    """Observed (issue 28): run top to bottom in one folder, 21 of the README's 24 commands ran: the Tour's two
+    replays wrote one real.parquet (the second refused) and the GPU what-if needed an extra installed only in
+    a sentence. Every command now runs, in one shell, and exits as the README says; the GPU what-if prints its
+    per-GPU table and its sizing answer, as pasted in the README."""
+    for name in ("configs", "tests", "jaxsim"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    cmds = reader_commands()
+    codes, log = _run_as_a_reader(tmp_path, cmds, timeout_s=3000)
+    bad = [(c, got, expected_exit(c)) for c, got in zip(cmds, codes) if got != expected_exit(c)]
+    assert not bad, (bad, log[-6000:])
+    i_sweep = next(i for i, c in enumerate(cmds) if c.startswith("jaxsim sweep configs/gpu_whatif.toml"))
+    i_size = next(i for i, c in enumerate(cmds) if c.startswith("jaxsim size gpu_whatif.results.parquet"))
+    sweep_out, size_out = _output_of(log, i_sweep), _output_of(log, i_size)
+    assert "workload chat: best SLA-feasible output tokens/s per GPU by profile and TP ($ per 1M output tokens)" in sweep_out
+    answer = next(ln for ln in size_out.splitlines() if ln.startswith("for 20 req/s of chat (4,096 in / 512 out) at p90 TTFT ≤ 2,000 ms"))
+    assert re.search(r": \d+ × (H100|H200|B200) at TP\d \(.*\), \$[\d.]+ per 1M output tokens \(\$[\d,.]+ per hour\)$", answer), answer
+    # the README shows this run's table and answer (the numbers are deterministic: the op model, the sweep)
+    shown = README[README.index("### A GPU what-if"):]
+    shown = shown[shown.index("```text\n") + 8:]
+    shown = shown[: shown.index("```")]
+    assert answer in shown
+    table = sweep_out[sweep_out.index("workload chat: best SLA-feasible"):].splitlines()[:8]
+    for row in table:
+        assert row.rstrip() in shown, row

@@ -49,6 +49,7 @@ def _run(*args: str) -> tuple[dict, str]:
         (("profiles", "list", "--json"), 0, '"name"'),
         (("validate", "configs/deployment_aggregated.toml"), 0, "ok"),
         (("validate", "configs/deployment_speculative.toml", "configs/deployment_disaggregated.toml"), 0, "ok"),
+        (("size", "no-such.parquet", "--rate", "20"), 2, "no-such.parquet: no such sweep results file"),
     ],
 )
 def test_fast_commands_import_no_jax(args, code, expect):

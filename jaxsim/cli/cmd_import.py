@@ -44,7 +44,7 @@ Example:
 
 
 OP_MODEL_HELP = """Price a MODELLED profile directory with NVIDIA aiconfigurator's op-level forward-pass model (needs the
-optional extra: pip install -e '.[opmodel]').
+optional extra: pip install -e '.\\[opmodel]').
 
 MODEL is a model id whose config ships with aiconfigurator-core (see --list-models), SYSTEM a GPU with op-level
 vLLM data (see --list-systems). One deployment per parallel layout: --tp N gives pure tensor parallelism (an MoE

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from jaxsim.cli.common import EXIT_INVALID, fail, guarded
+from jaxsim.cli.common import EXIT_INVALID, console, fail, guarded
 
 LIST_HELP = """List the profiles bundled with jaxsim: name, model, system, tensor-parallel sizes and data source.
 
@@ -199,7 +199,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([p.to_dict() for p in items], indent=1))
             return
-        from rich.console import Console
         from rich.table import Table
 
         t = Table(title="Bundled profiles")
@@ -209,7 +208,7 @@ def register(app: typer.Typer) -> None:
         for p in items:
             kind = p.kind if p.kind == "measured" else f"[bold yellow]{p.kind}[/]"
             t.add_row(p.name, p.model, p.system, ",".join(map(str, p.tps)), kind, str(p.num_draft_tokens or "-"))
-        Console().print(t)
+        console().print(t)
 
     @group.command("systems", help=SYSTEMS_HELP)
     @guarded
@@ -220,7 +219,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(items, indent=1))
             return
-        from rich.console import Console
         from rich.table import Table
 
         t = Table(title="GPU spec sheets (spec-sheet values, not measurements)")
@@ -230,8 +228,8 @@ def register(app: typer.Typer) -> None:
             t.add_row(s["system"], f"{s['gpu_memory_bytes'] / 2**30:,.0f}", f"{s['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
                       f"{s['bfloat16_tc_flops'] / 1e12:,.0f}", f"{s['fp8_tc_flops'] / 1e12:,.0f}" if s["fp8_tc_flops"] else "-", str(s["gpus_per_node"]),
                       f"{s['intra_node_bytes_per_s'] / 1e9:,.0f}", s["source"])
-        Console().print(t)
-        Console().print("Licences and attribution: jaxsim/data/systems/README.md")
+        console().print(t)
+        console().print("Licences and attribution: jaxsim/data/systems/README.md")
 
     @group.command("presets", help="List the bundled speculative-decoding acceptance presets: the names a deployment config's "
                    "acceptance_preset or a sweep's [speculation] acceptance takes, with their measured acceptance.\n\n"
@@ -248,7 +246,6 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        from jaxsim.cli.common import console
 
         t = Table(title="acceptance presets (per-position acceptance measured on the named dataset; conditional rates derived)")
         for col in ("name", "method", "target", "draft tokens", "dataset", "mean accepted length", "conditional rates"):
@@ -269,10 +266,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(info, indent=1))
             return
-        from rich.console import Console
         from rich.table import Table
 
-        con = Console()
+        con = console()
         title = info["name"] or info["path"]
         con.print(f"[bold]{title}[/] (data source: {info['data_source']})")
         con.print(f"model {info['model']} @ {info['model_revision']} ({info['architecture']}, context {info['context_length']:,}, "

@@ -29,9 +29,9 @@ A replay stops, with an explicit status, at the first pass whose lookup lies out
 measured support: nothing is extrapolated. Requests a worker can never run (prompt at or over
 max_model_len, or more KV blocks than the pool) are rejected and named on stderr with the reason.
 
-Exit codes: 0 every replay completed; 3 a replay stopped outside measured support (or hit its pass
-limit) or completed no request (the results are still written; --allow-incomplete exits 0 then);
-2 bad input (nothing written).
+Exit codes: 0 every replay completed every request; 3 a replay stopped outside measured support (or hit
+its pass limit), rejected requests (status "rejected: N of M requests") or completed no request (the
+results are still written; --allow-incomplete exits 0 then); 2 bad input (nothing written).
 
 Examples:
 
@@ -89,7 +89,7 @@ def _table(outcomes):
         n = len(r["request"])
         cols["config"].append(np.full(n, o.config.name, dtype=object))
         cols["seed"].append(np.full(n, o.seed, np.int64))
-        cols["status"].append(np.full(n, o.status_text, dtype=object))
+        cols["status"].append(np.full(n, replay_status(o), dtype=object))
         reasons = o.config.rejection_reasons(r["input_tokens"])
         cols["reason"].append(np.where(r["terminal"] == "rejected", reasons, "").astype(object))
         cols["data_source"].append(np.full(n, o.config.data_source, dtype=object))
@@ -99,12 +99,21 @@ def _table(outcomes):
     return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
 
 
+def replay_status(o) -> str:
+    """A replay's status as reported: the engine's (``completed``, or where and why it stopped), and for a
+    replay that ran to its end but rejected requests, ``rejected: N of M requests`` (an incomplete replay)."""
+    rejected = int(np.sum(o.requests["terminal"] == "rejected"))
+    if o.status_text == "completed" and rejected:
+        return f"rejected: {rejected} of {len(o.requests['terminal'])} requests"
+    return o.status_text
+
+
 def _summaries(outcomes) -> list[dict]:
     out = []
     for o in outcomes:
         s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
         out.append({"config": o.config.name, "mode": o.config.mode, "data_source": o.config.data_source, "seed": o.seed,
-                    "status": o.status_text,
+                    "status": replay_status(o),
                     "stopped_at": o.failure or None, **s})
     return out
 
@@ -125,11 +134,15 @@ def _timeline_table(outcomes):
 
     parts = []
     for o in outcomes:
+        roles = ("aggregated",) if o.config.mode == "aggregated" else ("prefill", "decode")
+        workers = [(role, pool) for role, pool in zip(roles, o.config.pools) for _ in range(pool.replicas)]  # timeline order
         for w, tl in enumerate(o.timeline or []):
             n = len(tl["pass"])
+            role, pool = workers[w] if w < len(workers) else ("", None)
             cols = {"config": np.full(n, o.config.name, dtype=object), "data_source": np.full(n, o.config.data_source, dtype=object),
                     "seed": np.full(n, o.seed, np.int64),
-                    "worker": np.full(n, w, np.int64), **tl}
+                    "worker": np.full(n, w, np.int64), "role": np.full(n, role, dtype=object),
+                    "kv_pool_blocks": np.full(n, pool.num_gpu_blocks if pool is not None else 0, np.int64), **tl}
             parts.append(pa.table(cols))
     return pa.concat_tables(parts) if parts else pa.table({"config": []})
 
@@ -227,8 +240,8 @@ def register(app: typer.Typer) -> None:
         sla_tpot_ms: Optional[float] = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: Optional[float] = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON instead of a table."),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr (terminals only)."),
-        allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support or completed nothing (default: exit 3)."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line every 10 s."),
+        allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support, rejected requests or completed nothing (default: exit 3)."),
     ) -> None:
         t_start = time.perf_counter()
         from jaxsim.replay.deployment import config_from_binding
@@ -278,13 +291,19 @@ def register(app: typer.Typer) -> None:
         total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
 
+        what = f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays"
         if progress and stderr_is_tty():
             from rich.progress import Progress
 
             with Progress(transient=True) as bar:
-                task = bar.add_task(f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays", total=total)
+                task = bar.add_task(what, total=total)
                 outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lambda k: bar.advance(task, k),
                                        timings=timings)
+        elif progress:  # not a terminal (piped, CI): a plain line on stderr every 10 s
+            from jaxsim.progress import ProgressLines
+
+            lines = ProgressLines(what, total, "worker replicas done")
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lines.advance, timings=timings)
         else:
             outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, timings=timings)
         t_results = time.perf_counter()
@@ -312,6 +331,7 @@ def register(app: typer.Typer) -> None:
         if incomplete:
             first = incomplete[0]
             why = first["status"] if first["status"] != "completed" else "completed no request"
+            why = why.replace("rejected: ", "rejected ")
             where = f" at {first['stopped_at']}" if first["stopped_at"] else ""
             typer.echo(f"{'warning' if allow_incomplete else 'incomplete'}: {len(incomplete)} of {len(summaries)} replays did not "
                        f"complete the trace (first: {first['config']} seed {first['seed']}: {why}{where})"

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -19,6 +19,7 @@ EXIT_UNVERIFIED = 3
 SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
 
 With --evaluate replay (or evaluate = "replay" in the spec) every point is instead replayed under its benchmark load ([benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench serve), thousands of replays per compiled call; the method column says which evaluation produced each row (docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay differs.
+Every row carries its cost (bundled GPU list prices, or [cost] in the spec, or --price) and its deployment's goodput (the largest SLA-feasible request rate over the swept concurrencies); the report adds the best configuration per profile and TP and, for speculative what-ifs, where speculation stops paying. jaxsim size turns the results into GPUs and dollars for a target load.
 
 Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless --force. The model and the spec format: docs/sweep.md.
 
@@ -69,6 +70,7 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         "tok/s/gpu": _fmt(r["output_tokens_per_s_per_gpu"]),
         "req/s": _fmt(r["request_rate_per_s"], 2),
         **({"method": r["method"]} if "method" in r else {}),
+        "$/1M tok": _fmt(r.get("usd_per_1m_output_tokens", float("nan")), 2),
     }
 
 
@@ -97,6 +99,75 @@ def _table(title: str, rows: list[dict], pct_keys: tuple[str, ...] = (), first=N
 
 
 MAX_WORKLOAD_TABLES = 8  # more workloads than this: one best-per-workload table unless --all-tables
+
+
+def _best_tables(best: list[dict], all_tables: bool):
+    """Per workload: profile × TP, the best SLA-feasible output tokens/s per GPU and its $ per 1M output tokens."""
+    from rich.table import Table
+
+    from jaxsim.cost import gpu_name
+
+    workloads = list(dict.fromkeys(r["workload"] for r in best))
+    for wl in workloads if all_tables else workloads[:MAX_WORKLOAD_TABLES]:
+        rows = [r for r in best if r["workload"] == wl]
+        tps = sorted({r["tp"] for r in rows})
+        yield f"workload {wl}: best SLA-feasible output tokens/s per GPU by profile and TP ($ per 1M output tokens)"
+        t = Table()
+        for c in ("profile", "GPU", *(f"TP{tp}" for tp in tps)):
+            t.add_column(c, justify="left" if c in ("profile", "GPU") else "right")
+        for prof in dict.fromkeys(r["profile"] for r in rows):
+            cell = {r["tp"]: r for r in rows if r["profile"] == prof}
+            first = next(iter(cell.values()))
+            t.add_row(prof, gpu_name(first["system"]), *(
+                "-" if tp not in cell else f"{_fmt(cell[tp]['output_tokens_per_s_per_gpu'], 0)}"
+                + (f" (${cell[tp]['usd_per_1m_output_tokens']:,.2f})" if math.isfinite(cell[tp].get("usd_per_1m_output_tokens") or math.nan) else "")
+                for tp in tps))
+        yield t
+    if not all_tables and len(workloads) > MAX_WORKLOAD_TABLES:
+        yield f"(best-per-profile-and-TP tables of {len(workloads) - MAX_WORKLOAD_TABLES} more workloads: --all-tables or --json)"
+
+
+MAX_SPECULATION_LINES = 4  # more speculative comparisons than this: one table (its first MAX_SPECULATION_ROWS rows)
+MAX_SPECULATION_ROWS = 12
+
+
+def _speculation_table(verdicts):
+    from rich.table import Table
+
+    t = Table(title="speculation vs K=0 on the same GPU, TP, serving and concurrency (x = K / K=0)", title_justify="left")
+    for c in ("workload", "profile", "K", "acceptance", "TP", "mode", "pays until conc", "below K=0 from", "x tok/s/user", "x tok/s/gpu"):
+        t.add_column(c, justify="left" if c in ("workload", "profile", "acceptance", "mode") else "right")
+    for v in verdicts:
+        t.add_row(v.workload, v.profile, str(v.nextn), v.acceptance, str(v.tp), v.mode, "-" if v.pays_until is None else str(v.pays_until),
+                  "-" if v.stops_at is None else str(v.stops_at), f"{v.user_ratio[0]:.2f} at {v.concurrency[0]}",
+                  f"{v.gpu_ratio[-1]:.2f} at {v.concurrency[-1]}")
+    return t
+
+
+def _report_extras(res, all_tables: bool) -> None:
+    """The best-per-(profile, TP) tables, where speculation stops paying, and the prices used."""
+    con = console()
+    for t in _best_tables(res.best, all_tables):
+        con.print(t)
+    verdicts = res.speculation
+    if len(verdicts) <= MAX_SPECULATION_LINES:
+        for v in verdicts:
+            typer.echo(v.line())
+    else:
+        shown = verdicts if all_tables else verdicts[:MAX_SPECULATION_ROWS]
+        con.print(_speculation_table(shown))
+        if len(shown) < len(verdicts):
+            con.print(f"(first {len(shown)} of {len(verdicts)} speculative comparisons; all of them: --all-tables or --json)")
+    prices = res.summary.get("prices", {})
+    missing = [s for s, p in prices.items() if p["usd_per_gpu_hour"] is None]
+    if missing:
+        typer.echo(f"no price for {', '.join(missing)}: cost columns are empty for them; give one in the spec "
+                  f"([cost] usd_per_gpu_hour = {{{missing[0]} = USD}}) or --price {missing[0]}=USD")
+    priced = sorted({p["source"] for p in prices.values() if p["usd_per_gpu_hour"] is not None})
+    if priced:
+        typer.echo("prices ($ per GPU-hour): " + ", ".join(f"{s} {p['usd_per_gpu_hour']:,.2f}" for s, p in prices.items()
+                                                        if p["usd_per_gpu_hour"] is not None)
+                   + f" ({'; '.join(priced)}; list prices: jaxsim/data/prices/README.md)")
 
 
 def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bool = False) -> None:
@@ -161,6 +232,7 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
         con.print(_table(f"workload {wl}: Pareto frontier, tokens/s per user vs per GPU ({len(pts)} points{more})", shown, pk))
     if not top_rows:
         con.print("no configuration meets the SLA")
+    _report_extras(res, all_tables)
     sources = sorted({str(r.get("data_source", "measured")) for r in top_rows + front} - {"measured"})
     methods = s.get("methods", {})
     if methods.get("replay"):
@@ -175,6 +247,7 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
            "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix (constant queueing wait); ")
         + "tok/s/user = 1000 / mean TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
         "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md)"
+        + "$/1M tok = US dollars per million output tokens at the row's throughput; "
     )
     if sources:
         con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
@@ -194,9 +267,12 @@ def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bo
 
 
 
-def _next(spec: Path, out: Path, verified, evaluate: str) -> None:
-    """The command to run next."""
-    if verified is None:
+def _next(spec: Path, out: Path, verified, evaluate: str, feasible: bool = True) -> None:
+    """The command to run next (no verification hint when nothing met the SLA: there is nothing to verify)."""
+    if not feasible:
+        typer.echo(f"next: no configuration met the SLA; loosen [sla] in {spec}, widen its axes (concurrency, TP, "
+                   f"serving mode), or see how far the points are with jaxsim plot pareto {out} --output pareto.png")
+    elif verified is None:
         typer.echo(f"next: jaxsim sweep {spec} --output {out} --force --verify-top 3   "
                    "(replay the best rows, each at its own load, and compare)"
                    + ("" if evaluate == "replay" else "; or --evaluate replay (every row its own benchmark replay)"))
@@ -246,20 +322,11 @@ def _json(res, plot: Optional[Path], verified=None, vpath: Optional[Path] = None
         plan_s=res.plan_s, compile_s=res.compile_s, eval_s=res.eval_s, finalize_s=res.finalize_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
         devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused, replay_timings=res.replay_timings or None,
         top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
+        best_per_profile_tp=clean(res.best), speculation=[v.to_dict() for v in res.speculation],
     )
     if verified is not None:
         out.update(verified=clean(verified.to_pylist()), verified_output=str(vpath))
     return json.dumps(out, indent=1, default=str)
-
-
-def _free_default(stem: str, force: bool) -> Path:
-    """``<stem>.results.parquet``, or the first free ``<stem>.results.N.parquet`` (never overwrite)."""
-    out = Path(f"{stem}.results.parquet")
-    n = 1
-    while out.exists() and not force:
-        out = Path(f"{stem}.results.{n}.parquet")
-        n += 1
-    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -269,7 +336,7 @@ def register(app: typer.Typer) -> None:
     @guarded
     def sweep(
         spec: Path = typer.Argument(..., help="Sweep spec (TOML), e.g. configs/quickstart.toml.", exists=False),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet, or .results.N.parquet when that exists]."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet in the working directory; an existing file is refused without --force]."),
         csv: bool = typer.Option(False, "--csv", help="Also write the results as CSV next to the parquet file."),
         top: int = typer.Option(5, "--top", help="Rows per workload in the top table (SLA-feasible, by tokens/s per GPU)."),
         plot: Optional[Path] = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
@@ -277,7 +344,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Overwrite existing results (and discard a foreign work dir)."),
         chunk_size: int = typer.Option(65536, "--chunk-size", help="Configs per compiled chunk (memory is bounded by it)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (counts, top rows, frontier) instead of tables."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress (a bar on a terminal, else a line on stderr every 10 s)."),
         all_tables: bool = typer.Option(False, "--all-tables", help="Print the top and Pareto tables of every workload (by default, "
                                         f"more than {MAX_WORKLOAD_TABLES} workloads get one best-per-workload table instead)."),
         distributed: bool = typer.Option(
@@ -292,6 +359,8 @@ def register(app: typer.Typer) -> None:
         trace: Optional[str] = typer.Option(None, "--trace", help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own."),
         verify_tolerance: float = typer.Option(0.2, "--verify-tolerance", help="--verify-top: the largest relative deviation (replay - row) / row of a compared statistic for a verified row (mean TTFT/TPOT/E2E, tok/s/GPU, the SLA's percentiles)."),
         allow_unverified: bool = typer.Option(False, "--allow-unverified", help="--verify-top: exit 0 even when no row verifies (default: exit 3)."),
+        price: Optional[List[str]] = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable): replaces the "
+                                                  "spec's [cost] and the bundled list price of that system (jaxsim/data/prices/README.md)."),
     ) -> None:
         from jaxsim.sweep import load_spec, run_sweep
 
@@ -313,7 +382,13 @@ def register(app: typer.Typer) -> None:
         s = load_spec(spec)
         if evaluate is not None:
             s = dataclasses.replace(s, evaluate=evaluate)
-        out = output or _free_default(spec.stem, force)
+        if price:
+            from dataclasses import replace
+
+            from jaxsim.cost import parse_price_option
+
+            s = replace(s, cost=s.cost.with_overrides(dict(parse_price_option(p) for p in price)))
+        out = output or Path(f"{spec.stem}.results.parquet")
         if out.suffix.lower() != ".parquet":
             fail(f"{out}: results are written as parquet; use a .parquet file name (--csv adds the CSV)")
         inputs = (spec, trace) if trace is not None else (spec,)
@@ -342,7 +417,7 @@ def register(app: typer.Typer) -> None:
             pid, count = jax.process_index(), jax.process_count()
         res = run_sweep(
             s, out, csv=csv, chunk_size=chunk_size, force=force, strict=strict, top=top,
-            progress=stderr_is_tty() and not quiet and not as_json, process_index=pid, process_count=count,
+            progress=None if quiet else ("bar" if stderr_is_tty() and not as_json else "lines"), process_index=pid, process_count=count,
         )
         if not res.finished:
             typer.echo(f"process {pid}/{count}: {res.chunks_run} chunks written to {out}.work/; process 0 merges them", err=True)
@@ -364,7 +439,7 @@ def register(app: typer.Typer) -> None:
             _report(res, plot, max_pareto=10, sla=s.sla, all_tables=all_tables)
             if verified is not None:
                 _report_verified(verified, tr, vpath)
-            _next(spec, out, verified, s.evaluate)
+            _next(spec, out, verified, s.evaluate, feasible=bool(res.top.num_rows))
         if verified is not None and not any(verified.column("verified").to_pylist()):
             what = "no row to verify (none is SLA-feasible)" if not verified.num_rows else f"none of the {verified.num_rows} replayed rows verified"
             typer.echo(f"{'warning' if allow_unverified else 'unverified'}: --verify-top {verify_top}: {what}"

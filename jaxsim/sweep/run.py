@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 import jaxsim
 from jaxsim._jax import compile_cached, ensure_x64, jit_x64
+from jaxsim.cost import usd_per_million_tokens
 from jaxsim.devices import batch_sharding, replicated
 from jaxsim.errors import JaxsimError
 from jaxsim.kernels import status as st
@@ -42,7 +43,9 @@ from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import stack_round_tables
 from jaxsim.outputs import MARKER, atomic_file, is_jaxsim_dir, write_marker
 from jaxsim.sla import LATENCY_KEYS
+from jaxsim.progress import ProgressLines
 from jaxsim.sweep import evaluate as ev
+from jaxsim.sweep import report
 from jaxsim.sweep import resume as rs
 from jaxsim.sweep.frontier import pareto_mask
 from jaxsim.sweep.replayed import METHODS, PointReplays
@@ -60,6 +63,12 @@ METRIC_COLUMNS = (
     "rounds", "tokens_per_round", "request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
     "total_output_tokens_per_s", *LATENCY_KEYS, "sla_ok",
 )
+COST_COLUMNS = ("usd_per_gpu_hour", "usd_per_hour_per_unit", "usd_per_1m_output_tokens")
+"""Per row: the GPU's price (bundled list price or the spec's / --price), one serving unit's cost per hour,
+and US dollars per million output tokens at the row's throughput (NaN without a price or a throughput)."""
+GOODPUT_COLUMN = "goodput_req_per_s"
+"""Per row: the largest SLA-feasible request rate of one serving unit of the row's deployment (binding) on
+its workload, over the swept concurrencies (NaN when no concurrency meets the SLA)."""
 _STATUS_DICT = pa.array(st.name_table(), pa.string())
 _LIMIT_DICT = pa.array(list(ev.LIMIT_NAMES), pa.string())
 X_COL = "tokens_per_s_per_user"
@@ -90,6 +99,8 @@ class SweepResult:
     finished: bool = True
     plan: SweepPlan | None = field(default=None, repr=False)
     replay_timings: dict = field(default_factory=dict)  # evaluate = "replay": compile_s, run_s, compilations, ...
+    best: list[dict] = field(default_factory=list)  # best SLA-feasible row per (workload, profile, TP): report.best_per_profile_tp
+    speculation: list = field(default_factory=list)  # report.SpeculationVerdict per speculative variant with a K=0 twin
 
     @property
     def configs_per_s(self) -> float:
@@ -176,7 +187,22 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, me
     out["total_output_tokens_per_s"] = pa.array(met["output_tokens_per_s_per_gpu"] * cols["gpus"] * cols["replicas"])
     out["sla_ok"] = pa.array(met["sla_ok"].astype(bool))
     out["method"] = _dict_col(np.zeros(n, np.int32) if method is None else np.asarray(method)[:n], METHODS)
+    price = plan.gpu_hour_prices()[cols["system"]] if plan.labels["system"] else np.full(n, np.nan)
+    out["usd_per_gpu_hour"] = pa.array(price)
+    out["usd_per_hour_per_unit"] = pa.array(price * cols["gpus"])
+    out["usd_per_1m_output_tokens"] = pa.array(usd_per_million_tokens(price, met["output_tokens_per_s_per_gpu"]))
     return pa.table(out)
+
+
+def goodput_per_s(config_id: np.ndarray, sla_ok: np.ndarray, rate: np.ndarray, inner: int, num_workloads: int) -> np.ndarray:
+    """Per row: the largest ``rate`` among the SLA-feasible rows of its (binding, workload) in these rows
+    (NaN when none is feasible). Config i is binding i // inner, workload i % num_workloads."""
+    key = (config_id // inner) * num_workloads + config_id % num_workloads
+    uniq, inv = np.unique(key, return_inverse=True)
+    best = np.full(uniq.size, -np.inf)
+    np.maximum.at(best, inv, np.where(sla_ok & np.isfinite(rate), rate, -np.inf))
+    out = best[inv]
+    return np.where(np.isfinite(out), out, np.nan)
 
 
 def top_mask(y: np.ndarray, ids: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
@@ -283,30 +309,40 @@ def _chunks_to_run(work: Path, mine: list[int]) -> list[int]:
 # the run
 
 
-def _progress(enabled: bool, total: int):
-    from rich.console import Console  # noqa: PLC0415
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+class _Bar:
+    """Sweep progress: a rich bar on a terminal (``"bar"``), plain lines on stderr every 10 s (``"lines"``,
+    :class:`~jaxsim.progress.ProgressLines`), or nothing (None)."""
 
-    prog = Progress(
-        TextColumn("[bold]sweep"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("configs"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=True,
-    )
-    return prog
+    def __init__(self, kind: str | None, total: int, done: int):
+        if kind not in (None, "bar", "lines"):
+            raise ValueError(f"progress must be None, 'bar' or 'lines' (got {kind!r})")
+        self.kind, self.prog, self.task = kind, None, None
+        self.lines = ProgressLines("sweep", total, "configs", done=done) if kind == "lines" else None
+        if kind == "bar":
+            from rich.console import Console  # noqa: PLC0415
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.prog = Progress(
+                TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("configs"),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                console=Console(stderr=True), transient=True,
+            )
+            self.task = self.prog.add_task("sweep", total=total, completed=done, rate="")
+
+    def __enter__(self):
+        if self.prog is not None:
+            self.prog.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.prog is not None:
+            self.prog.__exit__(*exc)
+
+    def advance(self, k: int, rate: str) -> None:
+        if self.prog is not None:
+            self.prog.update(self.task, advance=k, rate=rate)
+        elif self.lines is not None:
+            self.lines.advance(k, rate)
 
 
 def run_sweep(
@@ -318,7 +354,7 @@ def run_sweep(
     force: bool = False,
     strict: bool = False,
     top: int = 10,
-    progress: bool = False,
+    progress: str | None = None,
     devices: Sequence | None = None,
     process_index: int = 0,
     process_count: int = 1,
@@ -328,8 +364,9 @@ def run_sweep(
     """Evaluate every valid configuration of ``spec`` into ``output`` (parquet; ``csv``: also ``.csv``).
 
     Refuses (:class:`OutputExistsError`) to overwrite existing results unless ``force``; with ``strict``
-    refuses (:class:`SpecError`) a spec with invalid bindings. ``on_chunk(k)`` is called after chunk k
-    is written (tests use it to interrupt a run).
+    refuses (:class:`SpecError`) a spec with invalid bindings. ``progress``: ``"bar"`` (a rich bar on
+    stderr), ``"lines"`` (a plain line on stderr every 10 s) or None. ``on_chunk(k)`` is called after
+    chunk k is written (tests use it to interrupt a run).
     """
     ensure_x64()
     t_wall = time.perf_counter()
@@ -366,8 +403,7 @@ def run_sweep(
     done0 = total - sum(chunks[k][2] - chunks[k][1] for k in todo)
     t_eval = time.perf_counter()
     evaluated = 0
-    with _progress(progress, total) as prog:
-        task = prog.add_task("sweep", total=total, completed=done0, rate="")
+    with _Bar(progress, total, done0) as bar:
         pending = None
         for k in todo + [None]:
             nxt = None
@@ -385,7 +421,7 @@ def run_sweep(
                 rs.write_chunk(work, pk, table, _best_rows(table, top))
                 evaluated += pe - ps
                 dt = time.perf_counter() - t_eval
-                prog.update(task, advance=pe - ps, rate=f"{evaluated / dt:,.0f} configs/s" if dt > 0 else "")
+                bar.advance(pe - ps, f"{evaluated / dt:,.0f} configs/s" if dt > 0 else "")
                 if on_chunk is not None:
                     on_chunk(pk)
             pending = nxt
@@ -407,8 +443,9 @@ def run_sweep(
     top_t, pareto_t, counts = _finalize(plan, work, len(chunks), output, csv_path, top)
     summary.update(counts)
     shutil.rmtree(work, ignore_errors=True)
+    best, speculation = report.best_per_profile_tp(output), report.speculation_verdicts(output, plan.profile_models)
     return SweepResult(summary=summary, top=top_t, pareto=pareto_t, wall_s=time.perf_counter() - t_wall,
-                       finalize_s=time.perf_counter() - t_fin, **base)
+                       finalize_s=time.perf_counter() - t_fin, best=best, speculation=speculation, **base)
 
 
 def _wait_for(work: Path, n: int, poll_s: float = 0.5) -> None:
@@ -420,9 +457,98 @@ def _wait_for(work: Path, n: int, poll_s: float = 0.5) -> None:
         time.sleep(poll_s)
 
 
+class _Counts:
+    """Status and SLA counts of the written rows, per workload (by integer code: no string sorting)."""
+
+    def __init__(self):
+        self.status: dict[str, int] = {}
+        self.per_workload: dict[int, dict] = {}
+        self.feasible = 0
+        self.methods: dict[str, int] = {}
+
+    def add(self, t: pa.Table) -> None:
+        st_col = t.column("status").to_numpy().astype(np.int64)
+        wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
+        sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
+        self.feasible += int(sla_col.sum())
+        nc = max(st.NUM_CODES, int(st_col.max()) + 1 if st_col.size else 0)
+        nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
+        by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
+        sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
+        for c in np.flatnonzero(by.sum(axis=0)):
+            self.status[st.name(c)] = self.status.get(st.name(c), 0) + int(by[:, c].sum())
+        answers = np.zeros(nc, bool)
+        answers[: st.NUM_CODES] = st.ANSWERS  # replayed rows answer with replay codes (completed)
+        for wi in np.flatnonzero(by.sum(axis=1)):
+            d = self.per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
+            d["configs"] += int(by[wi].sum())
+            d["supported"] += int(by[wi, answers].sum())
+            d["sla_feasible"] += int(sla_by[wi])
+            for c in np.flatnonzero(by[wi] * ~answers):
+                d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
+        methods = t.column("method").combine_chunks().indices.to_numpy()
+        for mi, count in enumerate(np.bincount(methods, minlength=len(METHODS))):
+            if count:
+                self.methods[METHODS[mi]] = self.methods.get(METHODS[mi], 0) + int(count)
+
+    def result(self, names: Sequence[str], pareto_points: int) -> dict:
+        return {
+            "workloads": {names[i]: {**d, "refusals": dict(sorted(d["refusals"].items(), key=lambda kv: -kv[1]))}
+                          for i, d in sorted(self.per_workload.items())},
+            "status_counts": dict(sorted(self.status.items())),
+            "methods": self.methods,
+            "sla_feasible": self.feasible,
+            "pareto_points": pareto_points,
+        }
+
+
+class _Goodput:
+    """Adds :data:`GOODPUT_COLUMN` to the rows of whole bindings: chunk rows are held back while their
+    binding may go on in the next chunk (config ids ascend across chunks), then written with its value."""
+
+    def __init__(self, plan: SweepPlan):
+        self.inner, self.nw = plan.inner, len(plan.spec.workloads)
+        self.carry: pa.Table | None = None
+        self.keys: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+
+    def complete(self, t: pa.Table, last: bool) -> pa.Table:
+        """The rows of ``t`` (after any held back) whose bindings are complete, with the goodput column."""
+        if self.carry is not None:
+            t = pa.concat_tables([self.carry, t])
+        ids = t.column("config_id").to_numpy()
+        b = ids // self.inner
+        cut = t.num_rows if last or not ids.size else int(np.searchsorted(b, b[-1]))
+        t, self.carry = t.slice(0, cut), t.slice(cut)
+        ids = ids[:cut]
+        gp = goodput_per_s(ids, t.column("sla_ok").to_numpy(zero_copy_only=False),
+                           t.column("request_rate_per_s").to_numpy(), self.inner, self.nw)
+        self.keys.append(self._key(ids))
+        self.values.append(gp)
+        return t.append_column(GOODPUT_COLUMN, pa.array(gp, pa.float64()))
+
+    def _key(self, ids: np.ndarray) -> np.ndarray:
+        return (ids // self.inner) * self.nw + ids % self.nw
+
+    def lookup(self, t: pa.Table) -> pa.Table:
+        """``t`` (rows already written) with the goodput column."""
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        vals = np.concatenate(self.values) if self.values else np.zeros(0)
+        want = self._key(t.column("config_id").to_numpy()) if t.num_rows else np.zeros(0, np.int64)
+        order = np.argsort(keys, kind="stable")
+        pos = order[np.searchsorted(keys[order], want)] if want.size else np.zeros(0, np.int64)
+        return t.append_column(GOODPUT_COLUMN, pa.array(vals[pos] if want.size else np.zeros(0), pa.float64()))
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """Dictionary columns as strings (CSV)."""
+    return pa.table({c: (pc.cast(t.column(c), pa.string()) if pa.types.is_dictionary(t.column(c).type) else t.column(c))
+                     for c in t.column_names})
+
+
 def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path | None, top: int):
-    """Merge chunk files into the final results (``on_pareto``: on its workload's SLA-feasible frontier);
-    return the top rows and the frontier per workload, and counts."""
+    """Merge chunk files into the final results (``on_pareto``: on its workload's SLA-feasible frontier;
+    ``goodput_req_per_s``); return the top rows and the frontier per workload, and counts."""
     best = pa.concat_tables([rs.read_chunk(work, k, best=True) for k in range(n)])
     if best.num_rows:
         x, y, ids, g = _xyg(best)
@@ -435,10 +561,7 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
         front = top_t = best
         front_ids = np.zeros(0, np.int64)
     meta = {"format": FORMAT, "summary": plan.summary()}
-    status_counts: dict[str, int] = {}
-    per_workload: dict[int, dict] = {}
-    methods: dict[str, int] = {}
-    feasible = 0
+    counts, goodput = _Counts(), _Goodput(plan)
     writer = None
     csv_writer = None
     with contextlib.ExitStack() as files:  # temporary files, renamed onto output (and csv_path) once complete
@@ -448,53 +571,23 @@ def _finalize(plan: SweepPlan, work: Path, n: int, output: Path, csv_path: Path 
             for k in range(n):
                 t = rs.read_chunk(work, k)
                 on = np.isin(t.column("config_id").to_numpy(), front_ids)
-                t = t.append_column("on_pareto", pa.array(on))
+                t = goodput.complete(t.append_column("on_pareto", pa.array(on)), last=k == n - 1)
+                if not t.num_rows:
+                    continue
                 if writer is None:
                     schema = t.schema.with_metadata({"jaxsim.sweep": json.dumps(meta, sort_keys=True)})
                     labels = [f.name for f in schema if pa.types.is_dictionary(f.type)]
                     writer = pq.ParquetWriter(tmp, schema, compression="lz4", use_dictionary=labels)
                 writer.write_table(t)
                 if tmp_csv is not None:
-                    plain = pa.table({c: (pc.cast(t.column(c), pa.string()) if pa.types.is_dictionary(t.column(c).type) else t.column(c))
-                                      for c in t.column_names})
+                    plain = _plain(t)
                     if csv_writer is None:
                         csv_writer = pacsv.CSVWriter(tmp_csv, plain.schema)
                     csv_writer.write_table(plain)
-                # counts by integer code (status_name is the dictionary of status codes): no string sorting
-                st_col = t.column("status").to_numpy().astype(np.int64)
-                wl_idx = t.column("workload").combine_chunks().indices.to_numpy().astype(np.int64)
-                sla_col = t.column("sla_ok").to_numpy(zero_copy_only=False)
-                feasible += int(sla_col.sum())
-                nc = max(st.NUM_CODES, int(st_col.max()) + 1 if st_col.size else 0)
-                nw = int(wl_idx.max()) + 1 if wl_idx.size else 0
-                by = np.bincount(wl_idx * nc + st_col, minlength=nw * nc).reshape(nw, nc)
-                sla_by = np.bincount(wl_idx, weights=sla_col, minlength=nw)
-                for c in np.flatnonzero(by.sum(axis=0)):
-                    status_counts[st.name(c)] = status_counts.get(st.name(c), 0) + int(by[:, c].sum())
-                answers = np.zeros(nc, bool)
-                answers[: st.NUM_CODES] = st.ANSWERS
-                for wi in np.flatnonzero(by.sum(axis=1)):
-                    d = per_workload.setdefault(int(wi), {"configs": 0, "supported": 0, "sla_feasible": 0, "refusals": {}})
-                    d["configs"] += int(by[wi].sum())
-                    d["supported"] += int(by[wi, answers].sum())
-                    d["sla_feasible"] += int(sla_by[wi])
-                    for c in np.flatnonzero(by[wi] * ~answers):
-                        d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
-                for mi, count in enumerate(np.bincount(t.column("method").combine_chunks().indices.to_numpy(), minlength=len(METHODS))):
-                    if count:
-                        methods[METHODS[mi]] = methods.get(METHODS[mi], 0) + int(count)
+                counts.add(t)
         finally:
             if writer is not None:
                 writer.close()
             if csv_writer is not None:
                 csv_writer.close()
-    names = plan.labels["workload"]
-    counts = {
-        "workloads": {names[i]: {**d, "refusals": dict(sorted(d["refusals"].items(), key=lambda kv: -kv[1]))}
-                      for i, d in sorted(per_workload.items())},
-        "status_counts": dict(sorted(status_counts.items())),
-        "methods": methods,
-        "sla_feasible": feasible,
-        "pareto_points": int(front.num_rows),
-    }
-    return top_t, front, counts
+    return goodput.lookup(top_t), goodput.lookup(front), counts.result(plan.labels["workload"], int(front.num_rows))

@@ -36,6 +36,7 @@ from jaxtyping import ArrayLike, Float64, Int64
 from jaxsim import acceptance as acc
 from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
+from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
@@ -142,6 +143,7 @@ class SweepSpec:
     kv_transfer_gbps: float | None
     evaluate: str = "steady"  # how every point is evaluated: the analytic steady state, or a replay of its benchmark load
     benchmark: Benchmark = Benchmark()  # the load a point is replayed under (evaluate = "replay", --verify-top)
+    cost: Prices = field(default_factory=Prices)  # $/GPU-hour per system (bundled list prices, [cost] overrides)
     source: str = field(default="<spec>", compare=False)
     base_dir: Path | None = field(default=None, compare=False)
 
@@ -287,9 +289,23 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
         kv_transfer_gbps=d.get("kv_transfer_gbps"),
         evaluate=d.get("evaluate", "steady"),
         benchmark=d.get("benchmark", Benchmark()),
+        cost=d.get("cost", Prices()),
         source=doc.source,
         base_dir=doc.context.get("base_dir"),
     )
+
+
+def _gpu_prices(doc: sc.Doc, v: Any, path: str) -> tuple[tuple[str, float], ...]:
+    """``{system = usd per GPU-hour, ...}``: known systems, finite prices > 0."""
+    if not isinstance(v, dict):
+        raise doc.error(path, f"expected a table of system = US dollars per GPU-hour, e.g. {{b200_sxm = 4.5}}, got {doc.got(v)}")
+    out = []
+    for system, usd in v.items():
+        try:
+            out.append((system, check_price(system, usd, sc.sub(path, system))))
+        except JaxsimError as e:
+            raise doc.error(sc.sub(path, system), str(e).split(": ", 1)[-1]) from None
+    return tuple(sorted(out))
 
 
 _TOKENS = sc.Int(lo=1, limit="tokens")
@@ -365,6 +381,10 @@ _SPEC = sc.Table({
         "arrival_rule": sc.Field(sc.Literal(RULES)),
         "seed": sc.Field(sc.Int(lo=0, limit="seed")),
     }, _benchmark)),
+    "cost": sc.Field(sc.Table({
+        "basis": sc.Field(sc.Literal(PRICE_BASES)),
+        "usd_per_gpu_hour": sc.Field(sc.Custom(_gpu_prices)),
+    }, lambda doc, path, d: Prices(d.get("basis", DEFAULT_BASIS), d.get("usd_per_gpu_hour", ())))),
 }, _make_spec)
 
 
@@ -536,6 +556,7 @@ class SweepPlan:
     wl_mean_isl: np.ndarray
     wl_mean_osl: np.ndarray
     num_invalid_configs: int = 0
+    profile_models: dict[str, str] = field(default_factory=dict)  # profile label → model id
 
     @property
     def inner(self) -> int:
@@ -618,6 +639,10 @@ class SweepPlan:
         cols["osl_mean"] = self.wl_mean_osl[w]
         return cols
 
+    def gpu_hour_prices(self) -> np.ndarray:
+        """US dollars per GPU-hour per system code (``labels["system"]``; NaN: no price)."""
+        return np.array([self.spec.cost.usd_per_gpu_hour(s) for s in self.labels["system"]], np.float64)
+
     def chunks(self, chunk_size: int) -> list[tuple[int, int, int]]:
         """(group, start, stop) config ranges of at most ``chunk_size``, never crossing a group."""
         out = []
@@ -637,6 +662,10 @@ class SweepPlan:
             "bindings_valid": self.num_bindings,
             "bindings_invalid": sum(i.bindings for i in self.invalid),
             "invalid": [i.__dict__ for i in self.invalid],
+            "sla": self.spec.sla.limits(),
+            "prices": self.spec.cost.describe(self.labels["system"]),
+            "profile_models": dict(self.profile_models),
+            "workload_classes": {w.name: len(w.isl) for w in self.spec.workloads},
         }
 
 
@@ -776,6 +805,7 @@ class _Codes:
         self.acceptance: list[tuple[int, tuple[float, ...]]] = [(0, (0.0,) * acc.MAX_DRAFT_TOKENS)]
         self.tables: list[RoundTable] = []
         self._table_ids: dict[int, int] = {}
+        self.models: dict[str, str] = {}  # profile label → model id
 
     def label(self, kind: str, value: str) -> int:
         lst = self.labels[kind]
@@ -827,6 +857,7 @@ def _plan_profile(spec: SweepSpec, axis: ProfileAxis, codes: _Codes, refusals: _
     except JaxsimError as e:
         refusals.add(str(e), f"profile {axis.ref!r}", _grid_size(spec, axis))
         return []
+    codes.models[axis.label] = profile.model
     rows = []
     for key in binding_grid(spec, axis, profile):
         bound = bind_key(spec, root, profile, key)
@@ -893,4 +924,5 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
         invalid=invalid,
         **_workload_arrays(spec.workloads),
         num_invalid_configs=sum(i.configs for i in invalid),
+        profile_models=dict(codes.models),
     )
