@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxsim.kernels import capacity as cap
+from jaxsim.deploy.kv_estimate import estimate_kv_cache
 from jaxsim.rules.capacity import CapacityRequest, block_size_problem, capacity_problems
 from jaxsim.profile import ModelProfile, Resources
 
@@ -67,7 +68,7 @@ def test_capacity_golden(case):
         assert problems, f"reference refused: {want['error']}"
         return
     assert problems == [], problems
-    est = cap.estimate_kv_cache(dep.resources, prof.context_length, req)
+    est = estimate_kv_cache(dep.resources, prof.context_length, req)
     assert est.total_gpu_capacity_bytes == want["total_gpu_capacity_bytes"]
     assert est.total_kv_size_bytes == want["total_kv_size_bytes"]
     assert est.kv_size_per_token_bytes == want["kv_size_per_token_bytes"]
@@ -150,7 +151,7 @@ def test_declared_memory_path_reference_example():
     res = _declared_resources()
     req = CapacityRequest(total_gpu_bytes=141_000_000_000, memory_fraction_value=0.9, max_num_tokens=4096, max_batch_size=64)
     assert capacity_problems(res, 32768, req) == []
-    est = cap.estimate_kv_cache(res, 32768, req)
+    est = estimate_kv_cache(res, 32768, req)
     assert est.total_kv_size_bytes == 106_498_905_344
     assert est.total_kv_size_tokens == 722_241
     assert est.source == "declared"
@@ -167,7 +168,7 @@ def test_declared_budget_rounds_before_subtracting():
     assert budget == 2_312_684_132.0  # exact product is slightly below; a fused FMA would floor to 999
     res = _declared_resources(weights_bytes=2_312_683_132, activations_bytes=0, runtime_overhead_bytes=0)
     req = CapacityRequest(total_gpu_bytes=gpu, memory_fraction_value=frac, max_num_tokens=8192, max_batch_size=64)
-    assert cap.estimate_kv_cache(res, 32768, req).total_kv_size_bytes == math.floor(budget - 2_312_683_132) == 1000
+    assert estimate_kv_cache(res, 32768, req).total_kv_size_bytes == math.floor(budget - 2_312_683_132) == 1000
     many = jax.jit(jax.vmap(cap.declared_kv_bytes))(
         cap.gpu_budget_bytes(np.full(3, gpu), np.full(3, frac)), np.full(3, 2_312_683_132), np.zeros(3, np.int64)
     )
@@ -202,7 +203,7 @@ def test_grouped_window_pages_reference_example():
         "test", "resources",
     )
     req = CapacityRequest(total_gpu_bytes=10**11, memory_fraction_value=0.9, max_num_tokens=8192, max_batch_size=64)
-    est = cap.estimate_kv_cache(res, 32768, req)
+    est = estimate_kv_cache(res, 32768, req)
     assert est.request_peak_cache_bytes == 2048 * 1000 + 769 * 10
     assert est.total_kv_size_tokens is None and est.num_gpu_blocks is None
     sd = capacity_problems(res, 32768, CapacityRequest(**{**req.__dict__, "nextn": 2}), num_draft_tokens=2)

@@ -27,6 +27,14 @@ def test_rules_import_no_kernels_and_no_jax():
     assert {m: sorted(external[m] & JAX) for m in reach if external[m] & JAX} == {}
 
 
+def test_kernels_import_no_rules():
+    """rules/ and kernels/ do not import each other: host-side assembly that needs both lives in deploy/."""
+    graph, _ = L.import_graph()
+    kernels = [m for m in graph if m == "jaxsim.kernels" or m.startswith("jaxsim.kernels.")]
+    assert {m: sorted(d for d in graph[m] if d == "jaxsim.rules" or d.startswith("jaxsim.rules."))
+            for m in kernels if any(d == "jaxsim.rules" or d.startswith("jaxsim.rules.") for d in graph[m])} == {}
+
+
 def test_the_checker_sees_every_kind_of_import(tmp_path):
     """An upward import at module level, in a function, under TYPE_CHECKING or as ``from package import
     module`` is reported (the check can fail)."""

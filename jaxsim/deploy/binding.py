@@ -20,7 +20,8 @@ import numpy as np
 from jaxsim import acceptance, systems
 from jaxsim._jax import ensure_x64
 from jaxsim.errors import BindingError
-from jaxsim.kernels.capacity import BlockView, KvPool, PoolCapacity, block_view, estimate_kv_cache, make_pool, pool_capacity_jit
+from jaxsim.deploy.kv_estimate import BlockView, block_view, estimate_kv_cache
+from jaxsim.kernels.capacity import KvPool, PoolCapacity, make_pool, pool_capacity_jit
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.kernels.tables import round_table
 from jaxsim.profile import CellRows, Deployment, ProfileBundle

@@ -22,8 +22,8 @@ __getattr__, __all__ = lazy_api("jaxsim.kernels", {
                      "decode_batch", "prefill_batch", "mixed_batch"), "rounds"),
     **dict.fromkeys(("load_round_table", "round_table"), "tables"),
     **dict.fromkeys(("run_batched", "decode_points", "support_grid", "prefill_grid"), "batched"),
-    **dict.fromkeys(("KvPool", "PoolCapacity", "pool_capacity", "make_pool", "estimate_kv_cache", "kv_transfer_ms",
-                     "blocks_for", "request_blocks", "max_concurrency", "BlockView", "block_view"), "capacity"),
+    **dict.fromkeys(("KvPool", "PoolCapacity", "pool_capacity", "make_pool", "kv_transfer_ms",
+                     "blocks_for", "request_blocks", "max_concurrency"), "capacity"),
     **dict.fromkeys(("expected_tokens_per_round", "sample_burst"), "acceptance"),
     "pow2_bucket": "buckets",
 })

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
+from jaxsim.profile.cache_pages import group_pages
 from jaxsim.profile.model import DECLARED_BYTE_FIELDS, Resources
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "KvCacheEstimate",
     "block_size_problem",
     "capacity_problems",
-    "group_pages",
     "non_kv_bytes",
     "request_cache_bytes",
 ]
@@ -54,19 +53,6 @@ def block_size_problem(block_size) -> str | None:
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
         return f"block-size: scheduler block_size must be a positive integer (got {block_size!r})"
     return None
-
-
-def group_pages(length_tokens, block_tokens, window_tokens, step_tokens, xp=np):
-    """Pages one request holds in one cache group at ``length_tokens`` (the reference's grouped formula).
-
-    Full attention (``window_tokens`` 0): ⌈L/B⌉ pages; a window W: min(⌈L/B⌉, ⌈(W + T − 1)/B⌉ + 1) pages with
-    T = ``step_tokens`` (the scheduler token budget for a request's peak, 1 for its steady occupancy). Plain
-    integer array arithmetic on ``xp`` (numpy here; the capacity kernels pass ``jax.numpy``).
-    """
-    b = xp.maximum(block_tokens, 1)
-    full = (length_tokens + b - 1) // b
-    windowed = xp.minimum(full, (window_tokens + step_tokens - 1 + b - 1) // b + 1)
-    return xp.where(window_tokens > 0, windowed, full)
 
 
 def request_cache_bytes(res: Resources, length_tokens: int, step_tokens: int) -> int:
