@@ -345,6 +345,19 @@ class _Bar:
             self.lines.advance(k, rate)
 
 
+def _checked_plan(spec: SweepSpec, plan: SweepPlan, strict: bool) -> SweepPlan:
+    """``plan``, refused (:class:`SpecError`) when it has nothing to evaluate, or any invalid binding under ``strict``."""
+    if strict and plan.invalid:
+        raise SpecError(
+            f"{spec.source}: {plan.num_invalid_configs} configs in {sum(i.bindings for i in plan.invalid)} invalid bindings "
+            f"(--strict); first: {plan.invalid[0].example}"
+        )
+    if plan.num_configs == 0:
+        why = f"; first problem: {plan.invalid[0].example}" if plan.invalid else ""
+        raise SpecError(f"{spec.source}: no valid configuration to evaluate{why}")
+    return plan
+
+
 def run_sweep(
     spec: SweepSpec | str | os.PathLike,
     output: str | os.PathLike,
@@ -377,17 +390,8 @@ def run_sweep(
         if p is not None and p.exists() and not force:
             raise OutputExistsError(f"{p}: exists; pass --force to overwrite")
     t_plan = time.perf_counter()
-    plan = plan or plan_sweep(spec)
+    plan = _checked_plan(spec, plan or plan_sweep(spec), strict)
     plan_s = time.perf_counter() - t_plan
-    if strict and plan.invalid:
-        first = plan.invalid[0]
-        raise SpecError(
-            f"{spec.source}: {plan.num_invalid_configs} configs in {sum(i.bindings for i in plan.invalid)} invalid bindings "
-            f"(--strict); first: {first.example}"
-        )
-    if plan.num_configs == 0:
-        why = f"; first problem: {plan.invalid[0].example}" if plan.invalid else ""
-        raise SpecError(f"{spec.source}: no valid configuration to evaluate{why}")
     mesh_devices = list(devices or jax.local_devices())
     if spec.evaluate == "replay":
         chunk_size = min(chunk_size, REPLAY_CHUNK_SIZE)
