@@ -51,6 +51,7 @@ import numpy as np
 
 from jaxsim.accuracy import ape, ape_stats, time_split
 from jaxsim.errors import JaxsimError, ProfileError, TableError
+from jaxsim.fields import is_int, is_number
 from jaxsim.importers.fpm_log import (
     DECODE,
     MIXED,
@@ -299,11 +300,11 @@ def _facts_from_files(log_path: Path, model_card: Path | None, vllm_metadata: Pa
                 f"log's model card ({checksum}); the log records no Hugging Face revision")
     return LogFacts(
         model=model if isinstance(model, str) and model else None,
-        tp=tp if isinstance(tp, int) and not isinstance(tp, bool) else None,
+        tp=tp if is_int(tp) else None,
         gemm_quant_mode=gemm if isinstance(gemm, str) else None, kv_cache_dtype=kv,
         backend_version=eff.get("vllm_version") if isinstance(eff.get("vllm_version"), str) else None,
         kv_cache_tokens=blocks * block if isinstance(blocks, int) and isinstance(block, int) else None,
-        gpu_memory_utilization=float(gmu) if isinstance(gmu, (int, float)) and not isinstance(gmu, bool) else None,
+        gpu_memory_utilization=float(gmu) if is_number(gmu) else None,
         max_model_len=eff.get("model_config.max_model_len") if isinstance(eff.get("model_config.max_model_len"), int) else None,
         max_num_tokens=runtime.get("max_num_batched_tokens") if isinstance(runtime.get("max_num_batched_tokens"), int) else None,
         max_batch_size=runtime.get("max_num_seqs") if isinstance(runtime.get("max_num_seqs"), int) else None,

@@ -18,12 +18,17 @@ from typing import Any
 
 from jaxsim.errors import JaxsimError
 
-__all__ = ["FieldReader", "is_int"]
+__all__ = ["FieldReader", "is_int", "is_number"]
 
 
 def is_int(v: Any) -> bool:
     """A Python int that is not a bool."""
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """A Python int or float that is not a bool (any value, finite or not)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _whole(value: Any) -> int | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from jaxsim import limits
+from jaxsim.fields import is_int, is_number
 from jaxsim.errors import JaxsimError
 
 __all__ = [
@@ -78,10 +79,6 @@ class Doc:
         return "field required" if self.json else "required key missing"
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _limit(doc: Doc, path: str, key: str | None, v: Any) -> None:
     if key is not None and (msg := limits.problem(key, v)) is not None:
         raise doc.error(path, msg + " (docs/limits.md)")
@@ -112,7 +109,7 @@ class Int(Type):
     def read(self, doc: Doc, v: Any, path: str) -> Any:
         if isinstance(v, str) and v in self.also:
             return v
-        if not _is_int(v):
+        if not is_int(v):
             extra = "".join(f" or {a!r}" for a in self.also)
             raise doc.error(path, f"expected an integer{extra}, got {doc.got(v)}")
         if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi):
@@ -135,7 +132,7 @@ class Num(Type):
     limit: str | None = None
 
     def read(self, doc: Doc, v: Any, path: str) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not is_number(v):
             raise doc.error(path, f"expected a{' finite' if self.finite else ''} number, got {doc.got(v)}")
         if (self.finite or self.limit is not None) and not math.isfinite(v):
             raise doc.error(path, f"must be a finite number (got {v!r})")

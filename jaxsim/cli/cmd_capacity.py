@@ -10,6 +10,7 @@ import typer
 
 from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded
+from jaxsim.fields import is_int
 
 CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
 
@@ -120,7 +121,7 @@ def _print_table(rep: dict) -> None:
         vals = []
         for r in rep["roles"].values():
             v = r[key]
-            vals.append("-" if v is None else f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v))
+            vals.append("-" if v is None else f"{v:,}" if is_int(v) else str(v))
         t.add_row(label, *vals)
     console().print(t)
 

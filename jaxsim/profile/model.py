@@ -16,6 +16,7 @@ from typing import Any
 
 from jaxsim import schema as sc
 from jaxsim.errors import ProfileError, read_text
+from jaxsim.fields import is_int
 
 __all__ = [
     "MAX_BYTES", "MAX_U32", "MUTABLE_REFS", "UNSAFE_VERSION_LABELS", "HEX40", "GEMM_QUANT_MODES", "MOE_QUANT_MODES",
@@ -52,10 +53,6 @@ AR_EXECUTION_IDENTITY = ("", "full", "none", "text")
 SD_TIMING_SCOPE = "model_step_cuda"
 
 _MISSING = object()
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _has_control_chars(s: str) -> bool:
@@ -399,7 +396,7 @@ class ModelProfile:
         dims = {"tp": tp, "pp": pp, "dp": dp, "moe_tp": 1 if moe_tp is None else moe_tp,
                 "moe_ep": 1 if moe_ep is None else moe_ep, "cp": cp}
         for name, v in dims.items():
-            if not _is_int(v) or v <= 0:
+            if not is_int(v) or v <= 0:
                 raise ProfileError(f"parallel dimensions must be integers > 0 ({name}={v!r})")
         want = tuple(dims[k] for k in ("tp", "pp", "dp", "moe_tp", "moe_ep", "cp"))
         for d in self.deployments:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 
+from jaxsim.fields import is_int, is_number
 from jaxsim.profile.cache_pages import group_pages
 from jaxsim.profile.model import DECLARED_BYTE_FIELDS, Resources
 
@@ -50,7 +51,7 @@ class CapacityRequest:
 
 def block_size_problem(block_size) -> str | None:
     """The block count needs a positive integer scheduler block."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
+    if not is_int(block_size) or block_size <= 0:
         return f"block-size: scheduler block_size must be a positive integer (got {block_size!r})"
     return None
 
@@ -85,11 +86,11 @@ def capacity_problems(
             f"(got {req.memory_fraction_kind!r})"
         )
     frac = req.memory_fraction_value
-    if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not (math.isfinite(frac) and 0.0 < frac <= 1.0):
+    if not is_number(frac) or not (math.isfinite(frac) and 0.0 < frac <= 1.0):
         out.append(f"gpu-memory-utilization: memory fraction must be finite in (0, 1] (got {frac!r})")
         frac = None
     tol = req.tolerance_fraction
-    if tol is not None and not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and math.isfinite(tol) and 0.0 <= tol < 1.0):
+    if tol is not None and not (is_number(tol) and math.isfinite(tol) and 0.0 <= tol < 1.0):
         out.append(f"tolerance: tolerance_fraction must be finite and in [0, 1) (got {tol!r})")
     if num_draft_tokens > 0 and req.nextn != num_draft_tokens:
         out.append(
