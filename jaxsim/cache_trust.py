@@ -81,18 +81,8 @@ def key_dir() -> Path:
 
 
 def _read_key(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size != KEY_BYTES:
-            return None
-        data = os.read(fd, KEY_BYTES + 1)
-    finally:
-        os.close(fd)
-    return data if len(data) == KEY_BYTES else None
+    data = read_own_file(path, private=True, max_bytes=KEY_BYTES)
+    return data if data is not None and len(data) == KEY_BYTES else None
 
 
 _key_cache: dict[str, bytes | None] = {}
@@ -159,18 +149,21 @@ def unseal(key: bytes, data: bytes) -> bytes | None:
     return body if hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()) else None
 
 
-def read_own_file(path: str | os.PathLike) -> bytes | None:
-    """A plain file owned by this user, read without following a symbolic link; None otherwise."""
+def read_own_file(path: str | os.PathLike, *, private: bool = False, max_bytes: int | None = None) -> bytes | None:
+    """A plain file owned by this user, read without following a symbolic link; None otherwise (also when
+    ``private`` and others may read or write it, or when it holds more than ``max_bytes``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or (private and st.st_mode & 0o077):
+            return None
+        if max_bytes is not None and st.st_size > max_bytes:
             return None
         with open(fd, "rb", closefd=False) as f:
-            return f.read()
+            return f.read() if max_bytes is None else f.read(max_bytes + 1)
     finally:
         os.close(fd)
 
