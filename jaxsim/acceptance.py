@@ -137,7 +137,7 @@ def conditional_rates(accepted_per_position: list[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _presets() -> tuple[AcceptancePreset, ...]:
     text = resources.files("jaxsim.data").joinpath("acceptance", CSV_NAME).read_text(encoding="utf-8")
     out: list[AcceptancePreset] = []

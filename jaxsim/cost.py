@@ -14,9 +14,9 @@ from __future__ import annotations
 import csv
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Mapping
 
 import numpy as np
 
@@ -49,7 +49,7 @@ class GpuPrice:
         return f"{self.provider} {self.basis} list price, {self.source}, read {self.read_on}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def list_prices() -> tuple[GpuPrice, ...]:
     """Every bundled list price (``jaxsim/data/prices/gpu_list_prices.csv``)."""
     text = resources.files("jaxsim.data").joinpath("prices", "gpu_list_prices.csv").read_text(encoding="utf-8")
@@ -99,7 +99,7 @@ class Prices:
         for system, usd in self.overrides:
             check_price(system, usd, "price")
 
-    def with_overrides(self, more: Mapping[str, float]) -> "Prices":
+    def with_overrides(self, more: Mapping[str, float]) -> Prices:
         """These prices with ``more`` (system → usd) replacing or adding overrides."""
         merged = dict(self.overrides)
         merged.update(more)

@@ -8,9 +8,10 @@ compiled kernels in :mod:`jaxsim.kernels.rounds` (never recomputed here).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -19,12 +19,13 @@ such as pydantic costs ~0.12 s to import alone, a quarter of the CLI's start-up 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from jaxsim import limits
-from jaxsim.fields import is_int, is_number
 from jaxsim.errors import JaxsimError
+from jaxsim.fields import is_int, is_number
 
 __all__ = [
     "MISSING", "Doc", "Field", "Type", "Int", "Num", "Str", "Bool", "Literal", "Array", "Axis", "Table",

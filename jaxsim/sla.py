@@ -16,8 +16,8 @@ The compiled sweep evaluator takes the same limits, field for field, as traced s
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from jaxsim.errors import InputError
 from jaxsim.stats import key

@@ -18,13 +18,13 @@ def _dir():
     return resources.files(_PACKAGE).joinpath("systems")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def list_systems() -> tuple[str, ...]:
     """Names of the bundled spec sheets (e.g. ``h200_sxm``)."""
     return tuple(sorted(p.name[: -len(".json")] for p in _dir().iterdir() if p.name.endswith(".json")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def system_spec(system: str) -> dict[str, Any]:
     """The whole spec sheet of ``system``; BindingError naming the known systems when absent."""
     if system not in list_systems():
@@ -50,7 +50,7 @@ def interconnect_bandwidth_bytes_per_s(system: str, *, scope: str = "inter_node"
     return float(system_spec(system)["node"][keys[scope]])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sources() -> dict[str, dict[str, str]]:
     text = _dir().joinpath("sources.csv").read_text(encoding="utf-8")
     return {r["system"]: r for r in csv.DictReader(text.splitlines())}

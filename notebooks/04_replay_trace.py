@@ -35,11 +35,11 @@ from matplotlib.figure import Figure
 
 from jaxsim import plots
 from jaxsim.deploy.binding import bind
-from jaxsim.rules.config import parse_config_text
 from jaxsim.replay import load_trace
 from jaxsim.replay.deployment import config_from_binding
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import make_trace
+from jaxsim.rules.config import parse_config_text
 
 OUT = Path(os.environ.get("JAXSIM_NOTEBOOK_OUT", "out"))
 OUT.mkdir(parents=True, exist_ok=True)

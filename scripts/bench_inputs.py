@@ -54,9 +54,9 @@ def main() -> None:
     ap.add_argument("--parse", type=int, default=2000, help="schema parses per timed run")
     args = ap.parse_args()
 
-    from jaxsim.rules.config import config_from_dict
     from jaxsim.profile.model import ModelProfile
     from jaxsim.replay.traces import list_traces, load_trace
+    from jaxsim.rules.config import config_from_dict
     from jaxsim.sweep.spec import spec_from_dict
 
     print(f"{'input':<48} {'median_s':>9} {'min_s':>8}")

@@ -15,8 +15,8 @@ import random
 import time
 from pathlib import Path
 
-from jaxsim.rules.validate import validate_config
 from jaxsim.rules.config import RoleConfig, config_from_dict
+from jaxsim.rules.validate import validate_config
 
 TABLES = Path(__file__).resolve().parent.parent / "tests" / "goldens" / "public" / "tables"
 MODEL = "golden-ckpt/pub-dense-8b"

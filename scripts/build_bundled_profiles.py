@@ -15,7 +15,6 @@ import shutil
 import sys
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-
-import numpy as np
-import pyarrow as pa
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

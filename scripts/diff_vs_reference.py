@@ -93,8 +93,8 @@ def jaxsim_side(table_dir: Path, q: dict):
     """(load decision, latency, status, clamp binds) from the code `jaxsim round` runs."""
     from jaxsim.errors import JaxsimError
     from jaxsim.kernels import queries
-    from jaxsim.query_files import QueryBatch
     from jaxsim.kernels.tables import load_round_table
+    from jaxsim.query_files import QueryBatch
 
     try:
         table, _ = load_round_table(table_dir)

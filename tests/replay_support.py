@@ -19,9 +19,8 @@ import numpy as np
 
 from jaxsim.acceptance import pad_rates, rates_from_accepted
 from jaxsim.kernels.capacity import kv_blocks, kv_tokens
-from jaxsim.kernels.rounds import compile_round_table, decode_batch, prefill_batch
+from jaxsim.kernels.rounds import common_tables, compile_round_table, decode_batch, prefill_batch
 from jaxsim.profile import load_profile_dir
-from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay.engine import make_params
 from jaxsim.replay.traces import make_trace
 
@@ -40,7 +39,7 @@ def replay_cases() -> list[dict]:
     return replay_golden()["cases"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def golden_table(name: str):
     bundle = load_profile_dir(GOLDENS / "tables" / name)
     dep = bundle.profile.deployments[0]

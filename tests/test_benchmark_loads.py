@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from jaxsim import stats
+from jaxsim.errors import InputError
 from jaxsim.replay import loads as ld
 from jaxsim.replay import metrics
 from jaxsim.sla import SLA, canonical_keys
-from jaxsim.errors import InputError
-
 
 # ---- arrivals ------------------------------------------------------------------------------------
 

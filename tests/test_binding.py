@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from jaxsim.deploy.binding import bind
-from jaxsim.rules.config import config_from_dict
-from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError
 from jaxsim.kernels import rounds
 from jaxsim.kernels import status as kst
 from jaxsim.profile import resolve
+from jaxsim.rules.config import config_from_dict
+from jaxsim.rules.validate import validate_config
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 TABLES = GOLDENS / "tables"

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxsim.kernels import capacity as cap
 from jaxsim.deploy.kv_estimate import estimate_kv_cache
-from jaxsim.rules.capacity import CapacityRequest, block_size_problem, capacity_problems
+from jaxsim.kernels import capacity as cap
 from jaxsim.profile import ModelProfile, Resources
+from jaxsim.rules.capacity import CapacityRequest, block_size_problem, capacity_problems
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 CASES = json.loads((GOLDENS / "capacity.json").read_text())["cases"]

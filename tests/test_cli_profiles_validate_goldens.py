@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from test_profile_rejections import EXPECTED  # the rule each rejections.json case must be refused for
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
-from test_profile_rejections import EXPECTED  # the rule each rejections.json case must be refused for
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
 CASES = json.loads((GOLDENS / "rejections.json").read_text())["cases"]

@@ -11,11 +11,11 @@ import sys
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from replay_support import GOLDENS, case_trace, replay_cases
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
 from jaxsim.replay.traces import write_trace_csv
-from replay_support import GOLDENS, case_trace, replay_cases
 
 runner = CliRunner()
 CASE = next(c for c in replay_cases() if c["id"] == "sd_k3_a2_kv_bound")
@@ -254,11 +254,11 @@ def test_cli_replay_bounds_checked_before_work(golden_setup, tmp_path, args, msg
 def test_sweep_replay_gives_the_prefill_pool_its_own_max_num_seqs(tmp_path):
     """replay --sweep builds a disaggregated deployment like a replay of its config: the prefill pool
     keeps the prefill role's max_num_seqs (the sweep's max_num_seqs axis sets the decode role's)."""
-    from jaxsim.deploy.binding import bind
     from jaxsim.cli.cmd_replay import configs_from_sweep
-    from jaxsim.rules.config import config_from_dict
     from jaxsim.data.registry import profiles_root
+    from jaxsim.deploy.binding import bind
     from jaxsim.replay.deployment import config_from_binding
+    from jaxsim.rules.config import config_from_dict
 
     # a declared-memory copy of the bundled AR profile, so max_num_seqs may differ from the recorded one
     prof = tmp_path / "prof"

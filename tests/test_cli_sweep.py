@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from test_sweep_run import spec_dict, toml
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
-from test_sweep_run import spec_dict, toml
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxsim.data import registry
-from jaxsim.rules.validate import validate_config
+from jaxsim.errors import BindingError
 from jaxsim.rules.config import (
     DEFAULT_BLOCK_SIZE,
     DeploymentConfig,
@@ -20,7 +20,7 @@ from jaxsim.rules.config import (
     load_config,
     parse_config_text,
 )
-from jaxsim.errors import BindingError
+from jaxsim.rules.validate import validate_config
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 

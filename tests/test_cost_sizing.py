@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
+from test_sweep_run import spec_dict, toml
 from typer.testing import CliRunner
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
@@ -27,7 +28,6 @@ from jaxsim.sweep import SpecError, run_sweep
 from jaxsim.sweep.run import GOODPUT_COLUMN, goodput_per_s
 from jaxsim.sweep.sizing import SizingTarget, describe_sla, size_fleet
 from jaxsim.sweep.spec import spec_from_dict
-from test_sweep_run import spec_dict, toml
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from jaxsim import query_files
 from jaxsim.cli.main import app
-from jaxsim.kernels import queries
 from jaxsim.errors import JaxsimError
+from jaxsim.kernels import queries
 from jaxsim.kernels import status as st
 from jaxsim.kernels.tables import load_round_table
 

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
+from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases
 
 from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.acceptance import expected_tokens_per_round
 from jaxsim.kernels.rounds import decode_batch, prefill_batch
 from jaxsim.replay import metrics
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool
+from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params, replay_jit
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.runner import replay_batch, unstack
-from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params, replay_jit
 from jaxsim.replay.traces import make_trace
-from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases
 
 TIMELINE = 1024  # the parity tests' static arguments: one compilation serves both files
 TABLE_K = {"ar_core": 0, "sd_k2": 2, "sd_k3": 3}

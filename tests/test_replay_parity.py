@@ -14,10 +14,10 @@ import math
 import jax
 import numpy as np
 import pytest
+from replay_support import PAD, SLOTS, case_blocks, case_params, case_rates, case_trace, replay_cases
 
 from jaxsim.replay import metrics
 from jaxsim.replay.engine import COMPLETED, DONE, is_stochastic, replay_jit
-from replay_support import PAD, SLOTS, case_blocks, case_params, case_rates, case_trace, replay_cases
 
 CASES = replay_cases()
 TIMELINE = 1024

@@ -22,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from replay_support import oracle_replay
 from typer.testing import CliRunner
 
-from jaxsim.cli.main import app
 from jaxsim.acceptance import pad_rates, rates_from_accepted
+from jaxsim.cli.main import app
 from jaxsim.kernels.capacity import kv_blocks, kv_tokens
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.profile import load_profile_dir
 from jaxsim.replay.traces import make_trace
-from replay_support import oracle_replay
 
 CASES_DIR = Path(__file__).parent / "data" / "replay_cases"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if p.is_dir())

@@ -4,7 +4,6 @@ larger capacity from the start; batched replays go through 16, 32, ... slots and
 
 from __future__ import annotations
 
-import pytest
 import os
 import subprocess
 import sys
@@ -15,8 +14,10 @@ from types import SimpleNamespace
 
 import jax
 import numpy as np
+import pytest
 
 from jaxsim.acceptance import pad_rates
+from jaxsim.deploy.binding import bind
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.replay import executables, runner
 from jaxsim.replay.deployment import config_from_binding
@@ -24,7 +25,6 @@ from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit,
 from jaxsim.replay.executables import advance_many, finish_many, start_many
 from jaxsim.replay.runner import ReplayItem, replay_batch, unstack
 from jaxsim.replay.traces import make_trace
-from jaxsim.deploy.binding import bind
 from jaxsim.rules.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("jax", "jaxlib", "ml_dtypes", "equinox", "jaxtyping", "pandas")
 
 # run the Typer app in-process in a fresh interpreter, then report the exit code and loaded heavy modules
-PROBE = """
+PROBE = f"""
 import json, sys
 from jaxsim.cli.main import app
 code = 0
@@ -29,8 +29,8 @@ try:
     app(sys.argv[1:], prog_name="jaxsim")
 except SystemExit as e:
     code = e.code or 0
-print("\\n@@" + json.dumps({"code": code, "heavy": [m for m in %r if m in sys.modules]}))
-""" % (HEAVY,)
+print("\\n@@" + json.dumps({{"code": code, "heavy": [m for m in {HEAVY!r} if m in sys.modules]}}))
+"""
 
 
 def _run(*args: str) -> tuple[dict, str]:

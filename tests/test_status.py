@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import re
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
 from jaxsim.kernels import capacity

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from replay_support import pad_rates, padded_tables
 from typer.testing import CliRunner
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)
@@ -25,7 +26,6 @@ from jaxsim.sweep import run_sweep
 from jaxsim.sweep.replayed import PointReplays, point_config, point_trace, replay_metrics
 from jaxsim.sweep.spec import plan_sweep, spec_from_dict
 from jaxsim.sweep.verify import verify_top
-from replay_support import pad_rates, padded_tables
 
 TABLES = Path(__file__).parent / "goldens" / "public" / "tables"
 runner = CliRunner()

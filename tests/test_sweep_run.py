@@ -9,10 +9,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jax
 import numpy as np
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-import jax
 import pytest
 
 import jaxsim._jax  # noqa: F401  (turns x64 on)

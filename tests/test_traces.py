@@ -11,7 +11,14 @@ from hypothesis import strategies as hst
 
 from jaxsim.errors import QueryError
 from jaxsim.replay.traces import (
-    gamma_trace, list_traces, load_trace, make_trace, poisson_trace, request_bucket, sample_lengths, write_trace_csv,
+    gamma_trace,
+    list_traces,
+    load_trace,
+    make_trace,
+    poisson_trace,
+    request_bucket,
+    sample_lengths,
+    write_trace_csv,
 )
 
 

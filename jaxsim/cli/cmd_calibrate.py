@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -56,19 +55,19 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Argument(..., help="Profile directory or bundled name to correct."),
         log: Path = typer.Option(..., "--log", help="Measured passes: FPM CSV/JSONL, or a planner results folder."),
         output: Path = typer.Option(..., "--output", "-o", help="Calibrated profile directory to write."),
-        tp: Optional[int] = typer.Option(None, "--tp", help="TP the log measured (default: its vLLM metadata)."),
-        backend_version: Optional[str] = typer.Option(None, "--backend-version", help="Backend version of the log (default: its metadata)."),
-        model_card: Optional[Path] = typer.Option(None, "--model-card", help="Dynamo model card (default: beside the log)."),
-        vllm_metadata: Optional[Path] = typer.Option(None, "--vllm-metadata", help="vLLM metadata (default: beside the log)."),
-        model: Optional[str] = typer.Option(None, "--model", help="Name the log measured the profile's model under (same architecture, e.g. a quantized release); the calibrated profile takes it."),
-        model_revision: Optional[str] = typer.Option(None, "--model-revision", help="Pinned revision of the log's checkpoint (default: the log's, else a placeholder from its model card, else the profile's)."),
+        tp: int | None = typer.Option(None, "--tp", help="TP the log measured (default: its vLLM metadata)."),
+        backend_version: str | None = typer.Option(None, "--backend-version", help="Backend version of the log (default: its metadata)."),
+        model_card: Path | None = typer.Option(None, "--model-card", help="Dynamo model card (default: beside the log)."),
+        vllm_metadata: Path | None = typer.Option(None, "--vllm-metadata", help="vLLM metadata (default: beside the log)."),
+        model: str | None = typer.Option(None, "--model", help="Name the log measured the profile's model under (same architecture, e.g. a quantized release); the calibrated profile takes it."),
+        model_revision: str | None = typer.Option(None, "--model-revision", help="Pinned revision of the log's checkpoint (default: the log's, else a placeholder from its model card, else the profile's)."),
         window: int = typer.Option(100, "--window", help="Passes per time window of the held-out split."),
         train_fraction: float = typer.Option(0.7, "--train-fraction", help="Leading share of each window that fits."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the fit and held-out scores as JSON."),
     ) -> None:
-        from jaxsim.profile.resolve import resolve_profile_dir
         from jaxsim.calibrate import CalibrationConfig, calibrate, calibrated_profile, write_calibrated
+        from jaxsim.profile.resolve import resolve_profile_dir
 
         profile_dir = resolve_profile_dir(profile)
         refuse_output_dir(output, force, (log, model_card, vllm_metadata, profile_dir))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,11 +23,11 @@ Examples:
 """
 
 
-def capacity_report(path: Path, isl: Optional[int], osl: Optional[int]) -> dict:
+def capacity_report(path: Path, isl: int | None, osl: int | None) -> dict:
     """Bind ``path`` and return the capacity report (JSON-ready)."""
     from jaxsim.deploy.binding import bind
-    from jaxsim.rules.config import load_config
     from jaxsim.kernels import status
+    from jaxsim.rules.config import load_config
 
     if (isl is None) != (osl is None):
         fail("give both --isl and --osl, or neither")
@@ -131,8 +130,8 @@ def register(app: typer.Typer) -> None:
     @guarded
     def capacity_cmd(
         config: Path = typer.Argument(..., help="Deployment config file (TOML)."),
-        isl: Optional[int] = typer.Option(None, "--isl", help="Input (prompt) length in tokens."),
-        osl: Optional[int] = typer.Option(None, "--osl", help="Output length in tokens."),
+        isl: int | None = typer.Option(None, "--isl", help="Input (prompt) length in tokens."),
+        osl: int | None = typer.Option(None, "--osl", help="Output length in tokens."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     ) -> None:
         rep = capacity_report(config, isl, osl)

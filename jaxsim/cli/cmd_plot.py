@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -100,9 +100,9 @@ _SYSTEM = typer.Option(None, help="System id (e.g. h200_sxm).")
 _VERSION = typer.Option(None, help="Literal backend version.")
 _QUIET = typer.Option(False, "--quiet", help="Print nothing on success.")
 _IDENTITY = (  # (parameter, type, option) of a deployment's identity inside a profile
-    ("tp", Optional[int], _TP), ("dp", Optional[int], _DP), ("moe_tp", Optional[int], _MOE_TP),
-    ("moe_ep", Optional[int], _MOE_EP), ("role", Optional[str], _ROLE), ("system", Optional[str], _SYSTEM),
-    ("backend_version", Optional[str], _VERSION),
+    ("tp", int | None, _TP), ("dp", int | None, _DP), ("moe_tp", int | None, _MOE_TP),
+    ("moe_ep", int | None, _MOE_EP), ("role", str | None, _ROLE), ("system", str | None, _SYSTEM),
+    ("backend_version", str | None, _VERSION),
 )
 
 
@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
     profile_command("support", SUPPORT_HELP, lambda plots, view, output: plots.plot_support_map(view, output))
     profile_command(
         "prefill", PREFILL_HELP, lambda plots, view, output, batch: plots.plot_prefill_surface(view, output, batch=batch),
-        ("batch", Optional[int], typer.Option(None, help="Measured prefill batch size to draw (default: the one with most rows).")),
+        ("batch", int | None, typer.Option(None, help="Measured prefill batch size to draw (default: the one with most rows).")),
     )
 
     @plot_app.command("pareto", help=PARETO_HELP)
@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
     def pareto_cmd(
         results: Path = typer.Argument(..., help="Sweep result table (.parquet or .csv) written by jaxsim sweep."),
         output: Path = _output_option(),
-        workload: Optional[str] = typer.Option(None, help="Draw one workload only (default: every workload, one frontier each)."),
+        workload: str | None = typer.Option(None, help="Draw one workload only (default: every workload, one frontier each)."),
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:
@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
     def timeline_cmd(
         timeline: Path = typer.Argument(..., help="Replay timeline (.parquet or .csv) written by jaxsim replay --timeline."),
         output: Path = _output_option(),
-        num_gpu_blocks: Optional[int] = typer.Option(None, help="KV pool size in blocks: draw use as a percentage of it."),
+        num_gpu_blocks: int | None = typer.Option(None, help="KV pool size in blocks: draw use as a percentage of it."),
         force: bool = _force_option(),
         quiet: bool = _QUIET,
     ) -> None:

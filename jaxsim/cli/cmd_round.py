@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,13 +29,13 @@ def register(app: typer.Typer) -> None:
         profile: str = typer.Argument(..., help="Profile directory (profile.json + FPM table) or bundled profile name."),
         queries: Path = typer.Option(..., "--queries", "-q", help="Query file (.csv or .parquet)."),
         output: Path = typer.Option(..., "--output", "-o", help="Result file (.csv or .parquet)."),
-        tp: Optional[int] = typer.Option(None, help="Tensor-parallel size of the deployment to use."),
-        dp: Optional[int] = typer.Option(None, help="Attention data-parallel size."),
-        moe_tp: Optional[int] = typer.Option(None, help="MoE tensor-parallel size."),
-        moe_ep: Optional[int] = typer.Option(None, help="MoE expert-parallel size."),
-        role: Optional[str] = typer.Option(None, help="Worker role: aggregated, prefill or decode."),
-        system: Optional[str] = typer.Option(None, help="System id (e.g. h200_sxm)."),
-        backend_version: Optional[str] = typer.Option(None, help="Literal backend version."),
+        tp: int | None = typer.Option(None, help="Tensor-parallel size of the deployment to use."),
+        dp: int | None = typer.Option(None, help="Attention data-parallel size."),
+        moe_tp: int | None = typer.Option(None, help="MoE tensor-parallel size."),
+        moe_ep: int | None = typer.Option(None, help="MoE expert-parallel size."),
+        role: str | None = typer.Option(None, help="Worker role: aggregated, prefill or decode."),
+        system: str | None = typer.Option(None, help="System id (e.g. h200_sxm)."),
+        backend_version: str | None = typer.Option(None, help="Literal backend version."),
         force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
         quiet: bool = typer.Option(False, "--quiet", help="Print nothing on success."),
     ) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -42,10 +41,10 @@ def register(app: typer.Typer) -> None:
     @guarded
     def size_cmd(
         results: Path = typer.Argument(..., help="Sweep results (.parquet) written by jaxsim sweep."),
-        rate: Optional[float] = typer.Option(None, "--rate", help="Target load in requests/s."),
-        tokens_per_s: Optional[float] = typer.Option(None, "--tokens-per-s", help="Target load in output tokens/s (instead of --rate)."),
-        workload: Optional[str] = typer.Option(None, "--workload", help="The workload to size for (needed when the sweep has several)."),
-        price: Optional[List[str]] = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable); replaces the results' price."),
+        rate: float | None = typer.Option(None, "--rate", help="Target load in requests/s."),
+        tokens_per_s: float | None = typer.Option(None, "--tokens-per-s", help="Target load in output tokens/s (instead of --rate)."),
+        workload: str | None = typer.Option(None, "--workload", help="The workload to size for (needed when the sweep has several)."),
+        price: list[str] | None = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable); replaces the results' price."),
         as_json: bool = typer.Option(False, "--json", help="Print the options and the answer as JSON."),
     ) -> None:
         from jaxsim.cost import parse_price_option

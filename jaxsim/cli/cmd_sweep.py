@@ -7,7 +7,6 @@ import importlib.util
 import json
 import math
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -170,7 +169,7 @@ def _report_extras(res, all_tables: bool) -> None:
                    + f" ({'; '.join(priced)}; list prices: jaxsim/data/prices/README.md)")
 
 
-def _report(res, plot: Optional[Path], max_pareto: int, sla=None, all_tables: bool = False) -> None:
+def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool = False) -> None:
     from rich.table import Table
 
     con = console()
@@ -312,7 +311,7 @@ def _report_verified(verified, trace, path: Path) -> None:
     con.print(f"verification: {path}")
 
 
-def _json(res, plot: Optional[Path], verified=None, vpath: Optional[Path] = None) -> str:
+def _json(res, plot: Path | None, verified=None, vpath: Path | None = None) -> str:
     def clean(rows):
         return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()} for r in rows]
 
@@ -336,10 +335,10 @@ def register(app: typer.Typer) -> None:
     @guarded
     def sweep(
         spec: Path = typer.Argument(..., help="Sweep spec (TOML), e.g. configs/quickstart.toml.", exists=False),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet in the working directory; an existing file is refused without --force]."),
+        output: Path | None = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet in the working directory; an existing file is refused without --force]."),
         csv: bool = typer.Option(False, "--csv", help="Also write the results as CSV next to the parquet file."),
         top: int = typer.Option(5, "--top", help="Rows per workload in the top table (SLA-feasible, by tokens/s per GPU)."),
-        plot: Optional[Path] = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
+        plot: Path | None = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
         strict: bool = typer.Option(False, "--strict", help="Refuse the run if any combination is invalid."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing results (and discard a foreign work dir)."),
         chunk_size: int = typer.Option(65536, "--chunk-size", help="Configs per compiled chunk (memory is bounded by it)."),
@@ -351,20 +350,19 @@ def register(app: typer.Typer) -> None:
             False, "--distributed", help="Multi-host: jax.distributed.initialize() (cluster auto-detection, or the three options below); "
             "each process evaluates its share of the chunks into OUTPUT.work/ on a shared filesystem and process 0 merges.",
         ),
-        coordinator: Optional[str] = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
-        num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
-        process_id: Optional[int] = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
-        evaluate: Optional[str] = typer.Option(None, "--evaluate", help="How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the spec's evaluate, else steady]."),
-        verify_top: Optional[int] = typer.Option(None, "--verify-top", help="Replay the best N rows per workload, each at its own load (aggregated: the benchmark at its concurrency per worker x its replicas; disaggregated: an open loop at its request rate), in one batched replay; compare the replayed statistics with the row's and apply the SLA; writes OUTPUT with suffix .verified.parquet."),
-        trace: Optional[str] = typer.Option(None, "--trace", help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own."),
+        coordinator: str | None = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
+        num_processes: int | None = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
+        process_id: int | None = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
+        evaluate: str | None = typer.Option(None, "--evaluate", help="How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the spec's evaluate, else steady]."),
+        verify_top: int | None = typer.Option(None, "--verify-top", help="Replay the best N rows per workload, each at its own load (aggregated: the benchmark at its concurrency per worker x its replicas; disaggregated: an open loop at its request rate), in one batched replay; compare the replayed statistics with the row's and apply the SLA; writes OUTPUT with suffix .verified.parquet."),
+        trace: str | None = typer.Option(None, "--trace", help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own."),
         verify_tolerance: float = typer.Option(0.2, "--verify-tolerance", help="--verify-top: the largest relative deviation (replay - row) / row of a compared statistic for a verified row (mean TTFT/TPOT/E2E, tok/s/GPU, the SLA's percentiles)."),
         allow_unverified: bool = typer.Option(False, "--allow-unverified", help="--verify-top: exit 0 even when no row verifies (default: exit 3)."),
-        price: Optional[List[str]] = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable): replaces the "
+        price: list[str] | None = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable): replaces the "
                                                   "spec's [cost] and the bundled list price of that system (jaxsim/data/prices/README.md)."),
     ) -> None:
-        from jaxsim.sweep import load_spec, run_sweep
-
         from jaxsim import limits
+        from jaxsim.sweep import load_spec, run_sweep
 
         limits.check("top", top, "--top")
         if verify_top is None and trace is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
 
 import typer
 
@@ -24,9 +23,9 @@ Examples:
 
 def check_configs(paths: list[Path]) -> list[tuple[Path, list[str], object]]:
     """(path, problems, config or None) for each path; problems are one line each."""
-    from jaxsim.rules.validate import validate_config
-    from jaxsim.rules.config import load_config
     from jaxsim.errors import JaxsimError
+    from jaxsim.rules.config import load_config
+    from jaxsim.rules.validate import validate_config
 
     out = []
     for p in paths:
@@ -44,7 +43,7 @@ def check_configs(paths: list[Path]) -> list[tuple[Path, list[str], object]]:
 def register(app: typer.Typer) -> None:
     @app.command("validate", help=VALIDATE_HELP)
     def validate_cmd(
-        configs: List[Path] = typer.Argument(..., help="Deployment config files (TOML)."),
+        configs: list[Path] = typer.Argument(..., help="Deployment config files (TOML)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object: {config: {valid, problems}}."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print problems only (nothing for valid configs)."),
     ) -> None:

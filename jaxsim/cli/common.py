@@ -19,7 +19,7 @@ EXIT_INTERNAL = 70
 """An internal error, a bug (``EX_SOFTWARE`` of sysexits.h): one line saying so."""
 
 
-def fail(message: str) -> "typer.Exit":
+def fail(message: str) -> typer.Exit:
     """Print a one-line error to stderr and exit 2."""
     typer.echo(f"error: {' '.join(str(message).split())}", err=True)
     raise typer.Exit(EXIT_INVALID)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Optional
 
 import typer
 
@@ -40,7 +39,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool | None = typer.Option(None, "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="Show the full traceback of any error (for bug reports; same as JAXSIM_DEBUG=1)."),
 ) -> None:
     """jaxsim: measured forward-pass profiles → round timings, capacity, sweeps and replays."""

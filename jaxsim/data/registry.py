@@ -55,7 +55,7 @@ def data_root() -> Path:
     return Path(str(resources.files("jaxsim.data")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _index() -> tuple[BundledProfile, ...]:
     root = profiles_root()
     path = root / INDEX_NAME

@@ -10,17 +10,17 @@ binding many configs over the same profiles compiles and dispatches each once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
 
 import numpy as np
 
 from jaxsim import acceptance, systems
 from jaxsim._jax import ensure_x64
-from jaxsim.errors import BindingError
 from jaxsim.deploy.kv_estimate import BlockView, block_view, estimate_kv_cache
+from jaxsim.errors import BindingError
 from jaxsim.kernels.capacity import KvPool, PoolCapacity, make_pool, pool_capacity_jit
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.kernels.tables import round_table

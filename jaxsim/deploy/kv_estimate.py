@@ -11,7 +11,14 @@ import jax.numpy as jnp
 
 from jaxsim._jax import jit_x64
 from jaxsim.kernels.capacity import (
-    _i64, declared_kv_bytes, gpu_budget_bytes, grouped_request_bytes, kv_blocks, kv_tokens, make_pool, tolerance_kv_bytes,
+    _i64,
+    declared_kv_bytes,
+    gpu_budget_bytes,
+    grouped_request_bytes,
+    kv_blocks,
+    kv_tokens,
+    make_pool,
+    tolerance_kv_bytes,
 )
 from jaxsim.profile.cache_pages import group_pages
 from jaxsim.profile.model import Resources

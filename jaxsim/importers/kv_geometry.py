@@ -20,8 +20,8 @@ Plain integers, no JAX and no op-model import: the importer passes the function 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from jaxsim.errors import JaxsimError
 from jaxsim.profile.model import CacheGroup

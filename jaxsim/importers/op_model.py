@@ -52,6 +52,7 @@ from jaxsim.importers.fpm_log import (
     write_profile_dir,
 )
 from jaxsim.importers.kv_geometry import KvGeometry, kv_geometry, layer_kinds
+from jaxsim.profile.memory_breakdown import MEMORY_NAME, memory_breakdown_doc
 from jaxsim.profile.model import (
     FMHA_QUANT_MODES,
     GEMM_QUANT_MODES,
@@ -63,9 +64,8 @@ from jaxsim.profile.model import (
     Resources,
     RuntimeMemory,
 )
-from jaxsim.profile.memory_breakdown import MEMORY_NAME, memory_breakdown_doc
-from jaxsim.rules.memory_fit import memory_fit_problems, request_fit_problems
 from jaxsim.profile.table import AR_POLICY, SD_POLICY
+from jaxsim.rules.memory_fit import memory_fit_problems, request_fit_problems
 
 INSTALL_HINT = "aiconfigurator-core is not installed: pip install -e '.[opmodel]' (or pip install aiconfigurator-core==0.12.0)"
 PINNED_VERSION = "0.12.0"

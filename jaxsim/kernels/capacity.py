@@ -23,7 +23,6 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64  # noqa: F401  (importing it turns x64 on; entry points check it)
-from jaxsim.profile.cache_pages import group_pages
 from jaxsim.kernels.status import (  # capacity status codes (registered there, 32–47)
     BLOCK_SIZE_INVALID,
     DOES_NOT_FIT,
@@ -32,6 +31,7 @@ from jaxsim.kernels.status import (  # capacity status codes (registered there, 
     NO_KV_BUDGET,
 )
 from jaxsim.kernels.status import CAPACITY_OK as OK
+from jaxsim.profile.cache_pages import group_pages
 from jaxsim.profile.model import Resources
 
 MAX_GROUPS = 4

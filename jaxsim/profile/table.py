@@ -12,9 +12,10 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 
 from jaxsim.errors import ProfileError, TableError
 from jaxsim.fields import is_int
-from jaxsim.profile.model import SD_TIMING_SCOPE, SELECTOR_PREFIX, ExecutionProfile, HEX40, Deployment
+from jaxsim.profile.model import HEX40, SD_TIMING_SCOPE, SELECTOR_PREFIX, Deployment, ExecutionProfile
 
 PARQUET_NAME = "fpm_forward_perf.parquet"
 SIDECAR_NAME = "fpm_forward_perf.metadata.json"
@@ -123,7 +124,7 @@ class CellRows:
         have = {"decode": self.num_decode_rows, "prefill": self.num_prefill_rows}
         return [p for p in need if have[p] == 0]
 
-    def require_phases(self, role: str | None) -> "CellRows":
+    def require_phases(self, role: str | None) -> CellRows:
         """This cell, or TableError when a phase its worker role runs has no genuine measurements (the
         reference refuses to build such a model, as it does for an identity with only one phase)."""
         missing = self.missing_phases(role)

@@ -53,8 +53,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
-from jaxsim.kernels import status as st
 from jaxsim.acceptance import MAX_DRAFT_TOKENS
+from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import sample_burst
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.capacity import blocks_for

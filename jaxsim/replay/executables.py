@@ -5,15 +5,24 @@ executable cache, :func:`jaxsim._jax.compile_all`) and called by reference."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import jax
 from jax.sharding import PartitionSpec as P
 
 from jaxsim._jax import compile_all, executable_key, jit_x64
 from jaxsim.devices import _mesh
-from jaxsim.replay.engine import EngineParams, EngineState, ReplayConstants, advance_stack, finish_stack, param_axes, replay_stack, start_stack
+from jaxsim.replay.engine import (
+    EngineParams,
+    EngineState,
+    ReplayConstants,
+    advance_stack,
+    finish_stack,
+    param_axes,
+    replay_stack,
+    start_stack,
+)
 
 replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).

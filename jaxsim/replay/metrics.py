@@ -12,8 +12,8 @@ Aggregates (:func:`aggregate`) use :mod:`jaxsim.stats`: NumPy's "linear" percent
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Mapping
 
 import numpy as np
 

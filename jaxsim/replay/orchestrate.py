@@ -6,10 +6,10 @@ replay status (:class:`~jaxsim.replay.deployment.ReplayOutcome`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import SimpleNamespace
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp

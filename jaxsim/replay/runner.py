@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 import equinox as eqx
 import jax
@@ -22,7 +22,16 @@ from jaxsim.devices import batch_sharding, num_devices, replicated
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import executables
-from jaxsim.replay.engine import SLOTS_FULL, EngineParams, EngineState, ReplayConstants, ReplayResult, Requests, start_stack, widen_stack
+from jaxsim.replay.engine import (
+    SLOTS_FULL,
+    EngineParams,
+    EngineState,
+    ReplayConstants,
+    ReplayResult,
+    Requests,
+    start_stack,
+    widen_stack,
+)
 from jaxsim.replay.executables import ADVANCE, ADVANCE_SPLIT, FINISH, START, Call
 
 FIRST_SLOTS = 16

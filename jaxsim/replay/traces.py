@@ -13,11 +13,11 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -83,18 +83,18 @@ class Trace:
             materialized=jnp.full((size,), bool(materialized)),
         )
 
-    def head(self, max_requests: int) -> "Trace":
+    def head(self, max_requests: int) -> Trace:
         """The first ``max_requests`` requests."""
         k = max(0, int(max_requests))
         return Trace(self.name, self.arrival_ms[:k], self.input_tokens[:k], self.output_tokens[:k], self.row[:k], self.source)
 
-    def scaled(self, time_scale: float) -> "Trace":
+    def scaled(self, time_scale: float) -> Trace:
         """Arrival times multiplied by ``time_scale`` (> 1 slows the trace down, < 1 compresses it)."""
         if not (math.isfinite(time_scale) and time_scale > 0):
             raise QueryError(f"{self.name}: time_scale={time_scale} must be a positive finite number")
         return Trace(self.name, self.arrival_ms * float(time_scale), self.input_tokens, self.output_tokens, self.row, self.source)
 
-    def window(self, max_duration_ms: float) -> "Trace":
+    def window(self, max_duration_ms: float) -> Trace:
         """Requests arriving within ``max_duration_ms`` of the first arrival."""
         keep = self.arrival_ms - (self.arrival_ms[0] if len(self) else 0.0) <= float(max_duration_ms)
         return Trace(self.name, self.arrival_ms[keep], self.input_tokens[keep], self.output_tokens[keep], self.row[keep], self.source)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 from jaxsim.fields import is_int, is_number
 from jaxsim.profile.cache_pages import group_pages
 from jaxsim.profile.model import DECLARED_BYTE_FIELDS, Resources

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from jaxsim import limits
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
-from jaxsim import limits
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",

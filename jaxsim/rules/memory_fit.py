@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from jaxsim import systems
 from jaxsim.errors import JaxsimError

@@ -11,7 +11,6 @@ refusal status code (:mod:`jaxsim.kernels.status`) and NaN metrics, never an ext
 
 from __future__ import annotations
 
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,19 +18,19 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
 from jaxsim.kernels import capacity
 from jaxsim.kernels import status as st
-from jaxsim.acceptance import MAX_DRAFT_TOKENS, tail_probabilities
+from jaxsim.kernels.rounds import (
+    RoundTable,
+    decode_latency_ms,
+    scheduler_pass_latency_ms,
+)
 from jaxsim.kernels.status import (  # the sweep's own refusals (registered there, 48–63)
     PROMPT_EXCEEDS_PREFILL_POOL,
     REQUEST_EXCEEDS_CONTEXT,
     REQUEST_EXCEEDS_KV_POOL,
     TOKEN_BUDGET_TOO_SMALL,
-)
-from jaxsim.kernels.rounds import (
-    RoundTable,
-    decode_latency_ms,
-    scheduler_pass_latency_ms,
 )
 from jaxsim.sla import LATENCY_KEYS, LATENCY_METRICS, LIMIT_QUANTILES, LIMIT_STATS, SLA
 
@@ -96,7 +95,7 @@ class SLABounds(eqx.Module):
     min_tokens_per_s_per_user: Float64[Array, ""]
 
     @staticmethod
-    def of(sla: SLA | None = None) -> "SLABounds":
+    def of(sla: SLA | None = None) -> SLABounds:
         """The bounds of ``sla`` (None: no limit at all)."""
         sla = SLA() if sla is None else sla
         unset = lambda k: 0.0 if k == "min_tokens_per_s_per_user" else float("inf")  # noqa: E731

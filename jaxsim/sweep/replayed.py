@@ -18,8 +18,8 @@ their own load with the same builders (:func:`point_config`, :func:`point_trace`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 

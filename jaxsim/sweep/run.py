@@ -22,9 +22,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import jax
 import numpy as np
@@ -42,8 +42,8 @@ from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import stack_round_tables
 from jaxsim.outputs import MARKER, atomic_file, is_jaxsim_dir, write_marker
-from jaxsim.sla import LATENCY_KEYS
 from jaxsim.progress import ProgressLines
+from jaxsim.sla import LATENCY_KEYS
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep import report
 from jaxsim.sweep import resume as rs
@@ -320,7 +320,14 @@ class _Bar:
         self.lines = ProgressLines("sweep", total, "configs", done=done) if kind == "lines" else None
         if kind == "bar":
             from rich.console import Console  # noqa: PLC0415
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.prog = Progress(
                 TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("configs"),

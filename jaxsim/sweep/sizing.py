@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Mapping
 
 import numpy as np
 import pyarrow as pa

@@ -25,9 +25,10 @@ import os
 import sys
 import tomllib
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -38,14 +39,14 @@ from jaxsim import schema as sc
 from jaxsim._jax import ensure_x64
 from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
-from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
-from jaxsim.rules.validate import validate_config
 from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
+from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
+from jaxsim.rules.validate import validate_config
 from jaxsim.sla import SLA, canonical_keys
 from jaxsim.sweep import evaluate as ev
 
@@ -505,17 +506,17 @@ class Bindings:
     kv_transfer_bytes_per_s: Float64[ArrayLike, "*b"]  # the P/D link (1.0 when aggregated)
 
     @staticmethod
-    def stack(rows: Sequence["Bindings"]) -> "Bindings":
+    def stack(rows: Sequence[Bindings]) -> Bindings:
         """One column per field from single bindings (int64; the link bandwidth float64)."""
         return Bindings(**{f.name: np.asarray([getattr(r, f.name) for r in rows],
                                               np.float64 if f.name == "kv_transfer_bytes_per_s" else np.int64)
                            for f in fields(Bindings)})
 
-    def take(self, index: np.ndarray) -> "Bindings":
+    def take(self, index: np.ndarray) -> Bindings:
         """The bindings at ``index`` (columns)."""
         return Bindings(**{k: v[index] for k, v in vars(self).items()})
 
-    def row(self, b: int) -> "Bindings":
+    def row(self, b: int) -> Bindings:
         """Binding ``b`` as Python scalars."""
         return Bindings(**{k: v[b].item() for k, v in vars(self).items()})
 
@@ -618,7 +619,7 @@ class SweepPlan:
             weight=self.wl_weight[w],
         )
 
-    def input_columns(self, idx: np.ndarray) -> "OrderedDict[str, np.ndarray]":
+    def input_columns(self, idx: np.ndarray) -> OrderedDict[str, np.ndarray]:
         """Per-config input columns for the results (label columns as integer codes into ``labels``)."""
         idx = np.asarray(idx, np.int64)
         b, c, w = self.decode_index(idx)
