@@ -60,10 +60,12 @@ def _cfgs(n: int, rng: np.random.Generator, **fixed) -> ev.ConfigInputs:
         prefill_kv_blocks=np.full(n, 200000), kv_state_blocks=np.zeros(n, np.int64), block_size=np.full(n, 16), max_model_len=np.full(n, 32768),
         kv_bytes_per_token=np.full(n, 131072), kv_transfer_bytes_per_s=np.full(n, 50e9), concurrency=rng.integers(1, 24, n),
         isl=rng.integers(16, 3000, (n, W)), osl=rng.integers(1, 600, (n, W)), weight=rng.choice([0.0, 0.3, 1.0], (n, W)),
+        prompts_per_client=rng.choice([0.0, 1.0, 10.0], n), equal_lengths=rng.choice([False, True], n),
     )
     base["weight"][:, 0] = 1.0
     base.update(fixed)
-    return ev.ConfigInputs(**{k: np.asarray(v, np.float64 if k in ("kv_transfer_bytes_per_s", "weight") else np.int64) for k, v in base.items()})
+    dtype = {"kv_transfer_bytes_per_s": np.float64, "weight": np.float64, "prompts_per_client": np.float64, "equal_lengths": np.bool_}
+    return ev.ConfigInputs(**{k: np.asarray(v, dtype.get(k, np.int64)) for k, v in base.items()})
 
 
 RATES = np.array([[0, 0, 0, 0, 0], [0.8, 0.6, 0.4, 0, 0], [1.0, 0.5, 0, 0, 0], [0.7, 0, 0, 0, 0]], np.float64)

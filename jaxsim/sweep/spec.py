@@ -617,7 +617,18 @@ class SweepPlan:
             isl=self.wl_isl[w],
             osl=self.wl_osl[w],
             weight=self.wl_weight[w],
+            prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
+            equal_lengths=(np.count_nonzero(self.wl_weight[w] > 0, axis=1) == 1) & (self.spec.benchmark.range_ratio == 0),
         )
+
+    def prompts_per_client(self, concurrency: np.ndarray) -> np.ndarray:
+        """Per config: the prompts each client of its closed-loop benchmark sends (its prompt waves; 0 for
+        an open-loop benchmark, whose TTFT is the steady state's)."""
+        bench = self.spec.benchmark
+        c = np.maximum(np.asarray(concurrency, np.float64), 1.0)
+        if not bench.closed:
+            return np.zeros_like(c)
+        return np.asarray(bench.num_prompts, np.float64) / c if bench.num_prompts is not None else np.full_like(c, bench.prompts_per_client)
 
     def input_columns(self, idx: np.ndarray) -> OrderedDict[str, np.ndarray]:
         """Per-config input columns for the results (label columns as integer codes into ``labels``)."""
