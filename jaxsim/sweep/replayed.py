@@ -217,7 +217,7 @@ class PointReplays:
         out = []
         for i, o in enumerate(outcomes):
             m = replay_metrics(o, int(B.gpus[i]), int(conc[i]), int(B.max_num_seqs[i]))
-            m["sla_ok", "sweep_configs"] = sla_ok(m, m["status"], plan.spec.sla)
+            m["sla_ok"] = sla_ok(m, m["status"], plan.spec.sla)
             out.append(m)
         return out
 
