@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "jaxsim": 0, "jaxsim._lazy": 0, "jaxsim.errors": 0, "jaxsim.limits": 0, "jaxsim.schema": 0, "jaxsim.outputs": 0,
     "jaxsim.systems": 0, "jaxsim.cost": 0, "jaxsim.progress": 0, "jaxsim.acceptance": 0, "jaxsim.fields": 0, "jaxsim.cache_trust": 0, "jaxsim.environment": 0, "jaxsim.query_files": 0, "jaxsim.data": 0, "jaxsim.profile": 0,
     # 1. rules, plain Python: what is decided before anything compiles
-    "jaxsim.rules": 1, "jaxsim.sla": 1, "jaxsim.stats": 1,
+    "jaxsim.rules": 1, "jaxsim.sla": 1, "jaxsim.stats": 1, "jaxsim.overhead": 1,
     # 2. compiled kernels and the JAX set-up
     "jaxsim._jax": 2, "jaxsim.devices": 2, "jaxsim.kernels": 2,
     # 3. assembled above the kernels: deployment bindings; importers (profiles checked through the kernels)

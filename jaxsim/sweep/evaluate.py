@@ -76,6 +76,9 @@ class ConfigInputs(eqx.Module):
     kv_state_blocks: Int64[ArrayLike, "*c"] = 0  # fixed blocks every request holds (grouped caches; 0 when linear)
     prompts_per_client: Float64[ArrayLike, "*c"] = 0.0  # closed-loop benchmark: prompts per client (0: no waves, pure steady state)
     equal_lengths: Bool[ArrayLike, "*c"] = False  # every request the same ISL/OSL (one class, range ratio 0): waves stay in step
+    overhead_fixed_ms: Float64[ArrayLike, "*c"] = 0.0  # serving overhead (jaxsim.overhead): TTFT + fixed + per prompt token × ISL
+    overhead_per_prompt_token_ms: Float64[ArrayLike, "*c"] = 0.0
+    overhead_per_output_token_ms: Float64[ArrayLike, "*c"] = 0.0  # ... and TPOT + per output token
 
 
 class SLABounds(eqx.Module):
@@ -531,9 +534,13 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
                          limit: Int32[Array, ""], p: Passes, served: Served, status: Int32[Array, ""]) -> Metrics:
     """Means and percentiles over the mix, throughput per GPU and the SLA judgment (NaN when unsupported)."""
     w = mix.w
-    decode_w = mix.rounds_w * served.round_ms
     out_tok = jnp.sum(w * cfg.osl)
     gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
+    # the serving overhead outside the forward passes (zero unless set): TTFT + fixed + per prompt token, each later token + per output token
+    extra_w = cfg.overhead_fixed_ms + cfg.overhead_per_prompt_token_ms * cfg.isl.astype(jnp.float64)
+    served = eqx.tree_at(lambda v: (v.ttft_w, v.ttft_points), served,
+                         (served.ttft_w + extra_w, served.ttft_points + extra_w[:, None]))
+    decode_w = mix.rounds_w * served.round_ms + cfg.overhead_per_output_token_ms * gen
     tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
     tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
     ttft = jnp.sum(w * served.ttft_w)
@@ -545,8 +552,7 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
     def nan(v):
         return jnp.where(ok, v, jnp.nan)
 
-    pts = served.ttft_w[:, None] if served.ttft_points is None else served.ttft_points
-    pts_w = jnp.ones_like(pts) if served.ttft_weights is None else served.ttft_weights
+    pts, pts_w = served.ttft_points, served.ttft_weights
     pct = mix_percentiles(pts, pts_w, tpot_w, decode_w, w, gen > 0)
     lat = jnp.concatenate([jnp.stack([ttft, tpot, e2e])[:, None], pct], axis=1)  # [metric, stat] as LATENCY_KEYS
     sla_ok = ok & (tps_user >= sla.min_tokens_per_s_per_user) & jnp.all(lat <= sla.latency_ms())

@@ -42,6 +42,7 @@ from jaxsim.deploy.binding import Binding, bind
 from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
+from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
 from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
@@ -85,6 +86,7 @@ class ProfileAxis:
     label: str = ""
     moe_tp: tuple[int, ...] | None = None
     moe_ep: tuple[int, ...] | None = None
+    overhead: ServingOverhead = ServingOverhead()  # serving overhead outside the forward passes (zero unless set)
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,19 @@ def _ratio(doc: sc.Doc, v: Any, path: str) -> tuple[int, int]:
     if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
     raise doc.error(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
+
+
+def _overhead(doc: sc.Doc, v: Any, path: str) -> ServingOverhead:
+    """``overhead = {fixed_ms = ..., per_prompt_token_ms = ..., per_output_token_ms = ...}`` or the JSON
+    file ``jaxsim calibrate --benchmark`` writes (relative to the spec's folder)."""
+    if isinstance(v, str):
+        base_dir = doc.context.get("base_dir")
+        p = Path(v).expanduser()
+        v = base_dir / p if base_dir is not None and not p.is_absolute() else p
+    try:
+        return read_overhead(v, path)
+    except OverheadError as e:
+        raise doc.error("", str(e)) from None
 
 
 def _trace_workload(doc: sc.Doc, d: dict, path: str) -> tuple[list, list, list]:
@@ -343,8 +358,9 @@ _SPEC = sc.Table({
         "moe_tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "moe_ep": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
+        "overhead": sc.Field(sc.Custom(_overhead)),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
-                                        d.get("moe_tp"), d.get("moe_ep"))),
+                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -619,7 +635,14 @@ class SweepPlan:
             weight=self.wl_weight[w],
             prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
             equal_lengths=(np.count_nonzero(self.wl_weight[w] > 0, axis=1) == 1) & (self.spec.benchmark.range_ratio == 0),
+            **{f"overhead_{k}": v for k, v in zip(("fixed_ms", "per_prompt_token_ms", "per_output_token_ms"), self.overheads[B.profile].T)},
         )
+
+    @property
+    def overheads(self) -> np.ndarray:
+        """[profile label, 3] serving overhead terms (fixed, per prompt token, per output token; ms) of each profile axis."""
+        by_label = {a.label: a.overhead.terms for a in self.spec.profiles}
+        return np.array([by_label.get(lab, (0.0, 0.0, 0.0)) for lab in self.labels["profile"]] or [(0.0, 0.0, 0.0)], np.float64)
 
     def prompts_per_client(self, concurrency: np.ndarray) -> np.ndarray:
         """Per config: the prompts each client of its closed-loop benchmark sends (its prompt waves; 0 for
