@@ -173,3 +173,79 @@ def test_oracle_reproduces_the_reference_with_prefix_caching(case):
         assert (r.first - a, r.last - a) == (g["ttft_ms"], g["e2e_latency_ms"])
         assert (r.admits, r.preempt, r.gen) == (g["admission_count"], g["readmission_count"], g["output_length"])
         assert (r.first_hit, r.hit) == (g["first_admission_reused_input_tokens"], g["reused_input_tokens"])
+
+
+# ----------------------------------------------------------------------------------------------------
+# sweep: a workload's expected prefix-hit ratio lowers its prefill work
+
+
+def _sweep_spec(**wl):
+    from jaxsim.sweep import spec as sp
+
+    tables = Path(__file__).parent / "goldens" / "public" / "tables"
+    d = {"name": "t", "block_size": 16, "gpu_budget": 2, "profile": [{"name": str(tables / "ar_core"), "label": "ar"}],
+         "serving": {"mode": ["aggregated"]}, "scheduler": {"concurrency": [1, 8]},
+         "workload": [{"name": "w", "isl": [1024], "osl": 64, **wl}]}
+    return sp.spec_from_dict(d, source="t.toml")
+
+
+def test_measured_hit_ratio_of_the_bundled_conversation_trace():
+    from jaxsim.replay.prefix_cache import measured_hit_ratio
+
+    p = bundled_trace_path("mooncake_conversation_1k")
+    rows = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    ratio = measured_hit_ratio(read_hash_ids(p), [r["input_length"] for r in rows])
+    assert 0.1 < ratio < 0.5
+    # by hand on a tiny trace: the second prompt reads the first's two full 4-token blocks of three
+    assert measured_hit_ratio([[1, 2, 3], [1, 2, 3]], [12, 12], 4) == pytest.approx(8 / 24)
+
+
+def test_sweep_workload_prefix_hit_ratio_lowers_ttft():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxsim.sla import SLA
+    from jaxsim.sweep import evaluate as ev
+    from jaxsim.sweep import spec as sp
+
+    out = {}
+    for ratio in (0.0, 0.5):
+        plan = sp.plan_sweep(_sweep_spec(prefix_hit_ratio=ratio))
+        assert plan.spec.workloads[0].prefix_hit_ratio == ratio
+        cfgs = jax_tree_asarray(plan.inputs(np.arange(plan.num_configs)))
+        g = plan.groups[0]
+        fn = jax.vmap(ev.evaluate_config, in_axes=(None, None, None, None, None, 0))
+        m = fn(plan.tables[g.prefill_table], plan.tables[g.decode_table], jnp.asarray(g.disaggregated), plan.rounds_table(),
+               ev.SLABounds.of(SLA()), cfgs)
+        out[ratio] = np.asarray(m.mean_ttft_ms)
+    assert np.all(out[0.5] < out[0.0])
+
+
+def jax_tree_asarray(tree):
+    import jax
+
+    return jax.tree.map(lambda a: a if a is None else np.asarray(a), tree)
+
+
+@pytest.mark.parametrize(("wl", "fragment"), [
+    ({"prefix_hit_ratio": 1.0}, "workload[0].prefix_hit_ratio"),
+    ({"prefix_hit_ratio": "all"}, "expected a number in [0, 1)"),
+    ({"prefix_hit_ratio": "measured"}, "'measured' needs trace"),
+])
+def test_bad_prefix_hit_ratio_names_the_key(wl, fragment):
+    from jaxsim.errors import JaxsimError
+
+    with pytest.raises(JaxsimError) as e:
+        _sweep_spec(**wl)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_measured_prefix_hit_ratio_from_a_trace_workload():
+    from jaxsim.sweep import spec as sp
+
+    tables = Path(__file__).parent / "goldens" / "public" / "tables"
+    d = {"name": "t", "block_size": 16, "gpu_budget": 2, "profile": [{"name": str(tables / "ar_core"), "label": "ar"}],
+         "serving": {"mode": ["aggregated"]}, "scheduler": {"concurrency": [1]},
+         "workload": [{"name": "mc", "trace": "mooncake_tiny", "bins": 1, "prefix_hit_ratio": "measured"}]}
+    s = sp.spec_from_dict(d, source="t.toml")
+    assert 0.0 < s.workloads[0].prefix_hit_ratio < 1.0

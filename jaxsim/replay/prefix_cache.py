@@ -93,3 +93,24 @@ def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE
             raise QueryError(f"{where}: {why}")
         out.append([int(h) for h in hashes])
     return out
+
+
+def measured_hit_ratio(hash_ids: Sequence[Sequence[int]], input_tokens: Sequence[int],
+                       trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> float:
+    """The share of a trace's prompt tokens an unbounded prefix cache would serve, requests in trace
+    order: each prompt's leading full trace blocks seen in an earlier prompt (at most ``(length - 1)
+    // trace_block_size`` of them: one token is always computed), over all prompt tokens. An upper
+    bound of what a finite pool and a smaller engine block keep (the steady-state ratio a sweep
+    workload uses; a replay measures the real one)."""
+    keys, _ = block_keys(hash_ids, input_tokens, trace_block_size, trace_block_size)
+    seen: set[int] = set()
+    hit = 0
+    for row, n in zip(keys, input_tokens):
+        limit = (int(n) - 1) // int(trace_block_size)
+        j = 0
+        while j < min(limit, len(row)) and int(row[j]) in seen:
+            j += 1
+        hit += j * int(trace_block_size)
+        seen.update(int(k) for k in row)
+    total = int(np.sum(np.asarray(input_tokens, np.int64)))
+    return float(hit) / total if total else 0.0
