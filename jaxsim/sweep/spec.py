@@ -771,8 +771,16 @@ def binding_grid(spec: SweepSpec, axis: ProfileAxis, profile: ModelProfile) -> I
 
 def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
     """Binding points counted for a profile axis that cannot be loaded (one per listed TP, or one)."""
-    return (len(axis.tp or (1,)) * len(axis.moe_tp or (1,)) * len(axis.moe_ep or (1,)) * len(_servings(spec)) * len(spec.nextn) * max(len(spec.acceptance), 1)
-            * len(spec.max_num_seqs) * len(spec.max_num_batched_tokens))
+    return (
+        len(axis.tp or (1,))
+        * len(axis.moe_tp or (1,))
+        * len(axis.moe_ep or (1,))
+        * len(_servings(spec))
+        * len(spec.nextn)
+        * max(len(spec.acceptance), 1)
+        * len(spec.max_num_seqs)
+        * len(spec.max_num_batched_tokens)
+    )
 
 
 # ---- one binding point: config, validation, binding
