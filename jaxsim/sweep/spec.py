@@ -40,6 +40,7 @@ from jaxsim._jax import ensure_x64
 from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
+from jaxsim.fields import is_int, is_number
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
@@ -176,7 +177,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
             raise doc.error(path, "give exactly one of preset, accepted_tokens, rates")
         (k, x), = v.items()
         if k == "accepted_tokens":
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
+            if not is_number(x):
                 raise doc.error(sc.sub(path, k), f"expected a number, got {doc.got(x)}")
             x = float(x)
         v = x
@@ -188,7 +189,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
                 raise
             raise doc.error(path, str(e)) from None
         return Acceptance("preset", v, f"preset:{v}")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if is_number(v):
         a = sc.Num(finite=True, ge=0.0).read(doc, v, path)
         return Acceptance("accepted", a, f"accepted={_fmt(a)}")
     if isinstance(v, list):
@@ -203,7 +204,7 @@ def _ratio(doc: sc.Doc, v: Any, path: str) -> tuple[int, int]:
         a, b = v.split(":")
         if a.strip().isdigit() and b.strip().isdigit() and 1 <= int(a) <= 1024 and 1 <= int(b) <= 1024:
             return int(a), int(b)
-    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
+    if isinstance(v, list) and len(v) == 2 and all(is_int(x) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
     raise doc.error(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
 
