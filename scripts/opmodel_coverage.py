@@ -374,9 +374,12 @@ def report(results: dict[str, dict], rows: list[dict]) -> str:
             secs[(r["model_path"], r["system"], r.get("layout_args"), r.get("max_num_seqs"))] = (r["import_s"], r.get("max_num_seqs", 0))
     small = [s for s, n in secs.values() if n <= 256]
     if secs:
-        lines += ["", f"Import wall time per cell (in-process, incl. writing; {len(secs)} cells): median {_med([s for s, _ in secs.values()]):.1f} s, "
-                  f"max {max(s for s, _ in secs.values()):.1f} s; cells with max_num_seqs <= 256: median {_med(small):.1f} s, "
-                  f"max {max(small, default=float('nan')):.1f} s."]
+        lines += [
+            "",
+            f"Import wall time per cell (in-process, incl. writing; {len(secs)} cells): median {_med([s for s, _ in secs.values()]):.1f} s, "
+            f"max {max(s for s, _ in secs.values()):.1f} s; cells with max_num_seqs <= 256: median {_med(small):.1f} s, "
+            f"max {max(small, default=float('nan')):.1f} s.",
+        ]
     return "\n".join(lines)
 
 

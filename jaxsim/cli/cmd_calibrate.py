@@ -7,13 +7,14 @@ from pathlib import Path
 
 import typer
 
-from jaxsim.cli.common import guarded, refuse_output_dir
+from jaxsim.cli.common import guarded, paragraphs, refuse_output_dir
 
-CALIBRATE_HELP = """Fit a smooth per-phase correction of a (modelled) profile to measured forward passes and write a calibrated profile.
+CALIBRATE_HELP = paragraphs("""Fit a smooth per-phase correction of a (modelled) profile to measured forward passes and write a calibrated profile.
 
 PROFILE is a profile directory or bundled name (typically from `jaxsim import op-model`). LOG is a per-pass FPM log
 (fpm_metrics_detail.csv or ForwardPassMetrics JSONL; the Dynamo model card and vLLM metadata beside it are read when
-present) or a Dynamo planner results folder (prefill.csv, decode.csv; windows of 10 points by default). The log must measure the profile's model, TP and
+present) or a Dynamo planner results folder (prefill.csv, decode.csv; windows of 10 points by default). The log must
+measure the profile's model, TP and
 precisions; the calibrated profile takes the log's identity (backend version, KV pool, scheduler envelope).
 
 The log is split by time (windows of --window passes, the first --train-fraction fit, the rest held out). Decode:
@@ -35,7 +36,7 @@ Examples:
 
   jaxsim calibrate profiles/qwen3-32b-b300-modelled --log run/fpm_metrics_detail.csv --output profiles/qwen3-32b-calibrated
   jaxsim calibrate my_profile --benchmark results.jsonl --tp 2 --output overhead.json
-"""
+""")
 
 
 def _print_scores(title: str, scores: dict) -> None:
@@ -62,14 +63,24 @@ def register(app: typer.Typer) -> None:
     def calibrate_cmd(
         profile: str = typer.Argument(..., help="Profile directory or bundled name to correct."),
         log: Path | None = typer.Option(None, "--log", help="Measured passes: FPM CSV/JSONL, or a planner results folder."),
-        benchmark: list[Path] = typer.Option([], "--benchmark", help="Benchmark results to fit a serving overhead to (repeatable): vllm bench serve --save-result JSON, or a silicon-sample CSV."),
+        benchmark: list[Path] = typer.Option(
+            [], "--benchmark",
+            help="Benchmark results to fit a serving overhead to (repeatable): vllm bench serve --save-result JSON, or a silicon-sample CSV."),
         output: Path = typer.Option(..., "--output", "-o", help="Calibrated profile directory to write (--benchmark: the overhead JSON file)."),
         tp: int | None = typer.Option(None, "--tp", help="TP the log measured (default: its vLLM metadata)."),
         backend_version: str | None = typer.Option(None, "--backend-version", help="Backend version of the log (default: its metadata)."),
         model_card: Path | None = typer.Option(None, "--model-card", help="Dynamo model card (default: beside the log)."),
         vllm_metadata: Path | None = typer.Option(None, "--vllm-metadata", help="vLLM metadata (default: beside the log)."),
-        model: str | None = typer.Option(None, "--model", help="Name the log measured the profile's model under (same architecture, e.g. a quantized release); the calibrated profile takes it."),
-        model_revision: str | None = typer.Option(None, "--model-revision", help="Pinned revision of the log's checkpoint (default: the log's, else a placeholder from its model card, else the profile's)."),
+        model: str | None = typer.Option(
+            None,
+            "--model",
+            help="Name the log measured the profile's model under (same architecture, e.g. a quantized release); the calibrated profile takes it.",
+        ),
+        model_revision: str | None = typer.Option(
+            None,
+            "--model-revision",
+            help="Pinned revision of the log's checkpoint (default: the log's, else a placeholder from its model card, else the profile's).",
+        ),
         window: int = typer.Option(100, "--window", help="Passes per time window of the held-out split."),
         train_fraction: float = typer.Option(0.7, "--train-fraction", help="Leading share of each window that fits."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),

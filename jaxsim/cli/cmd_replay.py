@@ -108,7 +108,12 @@ def register(app: typer.Typer) -> None:
     @guarded
     def replay_cmd(
         config: Path | None = typer.Argument(None, help="Deployment config (TOML); omit with --sweep."),
-        trace: str | None = typer.Option(None, "--trace", "-t", help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name; with --load, only its lengths are used."),
+        trace: str | None = typer.Option(
+            None,
+            "--trace",
+            "-t",
+            help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name; with --load, only its lengths are used.",
+        ),
         output: Path = typer.Option(..., "--output", "-o", help="Per-request results (parquet)."),
         sweep: Path | None = typer.Option(None, "--sweep", help="Sweep spec (TOML): replay every valid binding of it."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -118,19 +123,43 @@ def register(app: typer.Typer) -> None:
         trace_format: str | None = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: int | None = typer.Option(None, "--max-requests", help="Keep the first N requests."),
-        load: str | None = typer.Option(None, "--load", help="A benchmark load instead of the trace's arrivals (docs/benchmark-loads.md): closed:C[:N] (C clients, N prompts, default 10 x C, all C sent at t = 0, the next when one completes; vllm bench serve --max-concurrency C), poisson:RATE[:N] or gamma:RATE:N:BURSTINESS (open loop, requests/s, default N 1000). Lengths: --isl/--osl/--range-ratio, or --trace's requests in order."),
+        load: str | None = typer.Option(
+            None,
+            "--load",
+            help=(
+                "A benchmark load instead of the trace's arrivals (docs/benchmark-loads.md): closed:C[:N] (C clients, N prompts, default "
+                "10 x C, all C sent at t = 0, the next when one completes; vllm bench serve --max-concurrency C), poisson:RATE[:N] or "
+                "gamma:RATE:N:BURSTINESS (open loop, requests/s, default N 1000). Lengths: --isl/--osl/--range-ratio, or --trace's "
+                "requests in order."
+            ),
+        ),
         isl: int | None = typer.Option(None, "--isl", help="--load: input tokens per request (default 1024, vllm bench serve's)."),
         osl: int | None = typer.Option(None, "--osl", help="--load: output tokens per request (default 128, vllm bench serve's)."),
-        range_ratio: float = typer.Option(0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."),
+        range_ratio: float = typer.Option(
+            0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."
+        ),
         length_rule: str = typer.Option("vllm", "--length-rule", help="--load: whose random lengths: vllm or inferencex."),
-        arrival_rule: str = typer.Option("vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."),
-        max_concurrency: int = typer.Option(0, "--max-concurrency", help="Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."),
+        arrival_rule: str = typer.Option(
+            "vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."
+        ),
+        max_concurrency: int = typer.Option(
+            0,
+            "--max-concurrency",
+            help=(
+                "Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has "
+                "arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."
+            ),
+        ),
         sla_ttft_ms: float | None = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: float | None = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: float | None = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON instead of a table."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line every 10 s."),
-        allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support, rejected requests or completed nothing (default: exit 3)."),
+        allow_incomplete: bool = typer.Option(
+            False,
+            "--allow-incomplete",
+            help="Exit 0 even when a replay stopped outside support, rejected requests or completed nothing (default: exit 3).",
+        ),
     ) -> None:
         t_start = time.perf_counter()
         from jaxsim.replay.deployment import config_from_binding

@@ -24,13 +24,19 @@ Typical use::
 
 from jaxsim._lazy import lazy_api
 
-__getattr__, __all__ = lazy_api("jaxsim.replay", {
-    **dict.fromkeys(("ReplayConfig", "ReplayOutcome", "WorkerPool", "config_from_binding"), "deployment"),
-    **dict.fromkeys(("EngineParams", "ReplayResult", "Requests", "is_stochastic", "make_params", "replay", "replay_jit", "replay_stack", "status_name"), "engine"),
-    "replay_many": "executables",
-    **dict.fromkeys(("aggregate", "per_request", "timeline_table"), "metrics"),
-    "run_replays": "orchestrate",
-    **dict.fromkeys(("request_table", "write_results"), "results"),
-    **dict.fromkeys(("replay_batch", "stack_params"), "runner"),
-    **dict.fromkeys(("Trace", "gamma_trace", "list_traces", "load_trace", "make_trace", "poisson_trace"), "traces"),
-})
+__getattr__, __all__ = lazy_api(
+    "jaxsim.replay",
+    {
+        **dict.fromkeys(("ReplayConfig", "ReplayOutcome", "WorkerPool", "config_from_binding"), "deployment"),
+        **dict.fromkeys(
+            ("EngineParams", "ReplayResult", "Requests", "is_stochastic", "make_params", "replay", "replay_jit", "replay_stack", "status_name"),
+            "engine",
+        ),
+        "replay_many": "executables",
+        **dict.fromkeys(("aggregate", "per_request", "timeline_table"), "metrics"),
+        "run_replays": "orchestrate",
+        **dict.fromkeys(("request_table", "write_results"), "results"),
+        **dict.fromkeys(("replay_batch", "stack_params"), "runner"),
+        **dict.fromkeys(("Trace", "gamma_trace", "list_traces", "load_trace", "make_trace", "poisson_trace"), "traces"),
+    },
+)

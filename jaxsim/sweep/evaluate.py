@@ -74,6 +74,7 @@ class ConfigInputs(eqx.Module):
     osl: Int64[ArrayLike, "*c W"]
     weight: Float64[ArrayLike, "*c W"]
     kv_state_blocks: Int64[ArrayLike, "*c"] = 0  # fixed blocks every request holds (grouped caches; 0 when linear)
+    prefix_hit_ratio: Float64[ArrayLike, "*c"] | None = None  # expected share of prompt tokens read from the prefix cache (None: 0)
     prompts_per_client: Float64[ArrayLike, "*c"] = 0.0  # closed-loop benchmark: prompts per client (0: no waves, pure steady state)
     equal_lengths: Bool[ArrayLike, "*c"] = False  # every request the same ISL/OSL (one class, range ratio 0): waves stay in step
     overhead_fixed_ms: Float64[ArrayLike, "*c"] = 0.0  # serving overhead (jaxsim.overhead): TTFT + fixed + per prompt token × ISL
@@ -219,6 +220,18 @@ def decode_round_ms_at(
     return jnp.sum(GL_WEIGHTS * lat), st.worst_of(code, xp=jnp)
 
 
+def cached_prompt_tokens(cfg: ConfigInputs) -> Int64[Array, " W"]:
+    """Prompt tokens per class read from the prefix cache in the steady state: the workload's expected
+    hit ratio of ISL in whole KV blocks, at most ⌊(ISL − 1)/block⌋ blocks (vLLM computes at least one
+    token of every prompt)."""
+    bs = jnp.maximum(cfg.block_size, 1)
+    isl = jnp.asarray(cfg.isl)
+    if cfg.prefix_hit_ratio is None:
+        return jnp.zeros_like(isl)
+    hit_blocks = jnp.floor(jnp.asarray(cfg.prefix_hit_ratio, jnp.float64) * isl.astype(jnp.float64) / bs).astype(jnp.int64)
+    return jnp.minimum(hit_blocks, (isl - 1) // bs) * bs
+
+
 def prompt_prefill_ms(
     t: RoundTable,
     isl: Int64[Array, " W"],
@@ -226,25 +239,29 @@ def prompt_prefill_ms(
     num_decode: Int64[Array, ""],
     decode_kv_tokens: Int64[Array, ""],
     live: Bool[Array, " W"],
+    cached: Int64[Array, " W"] | int = 0,
 ) -> tuple[Float64[Array, " W"], Int32[Array, ""]]:
     """Time of all the scheduler passes that carry one prompt's prefill chunks, per workload class.
 
-    A prompt is split into c = ⌈ISL / chunk⌉ chunks; chunk j computes min(chunk, ISL − j·chunk) tokens
-    reading j·chunk cached tokens, in a pass beside ``num_decode`` decoding requests holding
+    ``cached`` prompt tokens per class are read from the prefix cache, not computed: the ISL − cached
+    computed tokens are split into c = ⌈(ISL − cached) / chunk⌉ chunks; chunk j computes min(chunk,
+    ISL − cached − j·chunk) tokens reading cached + j·chunk past tokens, in a pass beside ``num_decode`` decoding requests holding
     ``decode_kv_tokens`` past KV in total. Up to 2 full chunks are priced one by one; more are integrated
     with 2-point Gauss-Legendre over their KV read (exact where the latency is linear in the KV read);
     the last (partial) chunk is always priced exactly.
     """
     chunk = jnp.maximum(chunk_tokens, 1)
+    cached = jnp.broadcast_to(jnp.asarray(cached, jnp.int64), isl.shape)
+    isl = isl - cached  # computed tokens
     c = (isl + chunk - 1) // chunk  # [W]
     full = c - 1
     q = jnp.arange(NUM_CHUNK_POINTS)
     few = (full <= NUM_CHUNK_POINTS)[:, None]
     pos = jnp.where(few, q[None, :].astype(jnp.float64), CHUNK_NODES[None, :] * jnp.maximum(full - 1, 0)[:, None])
     wts = jnp.where(few, (q[None, :] < full[:, None]).astype(jnp.float64), CHUNK_WEIGHTS[None, :] * full[:, None])
-    kv_read = jnp.round(pos * chunk).astype(jnp.int64)  # [W, 2]
+    kv_read = jnp.round(pos * chunk).astype(jnp.int64) + cached[:, None]  # [W, 2]
     toks = jnp.concatenate([jnp.broadcast_to(chunk, kv_read.shape), (isl - full * chunk)[:, None]], axis=1)
-    kvs = jnp.concatenate([kv_read, (full * chunk)[:, None]], axis=1)
+    kvs = jnp.concatenate([kv_read, (cached + full * chunk)[:, None]], axis=1)
     wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 3]
     one = jnp.ones(toks.size, jnp.int64)
     flat = jax.vmap(scheduler_pass_latency_ms, in_axes=(None, 0, 0, 0, None, None))
@@ -326,7 +343,8 @@ def pass_structure(cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix, n: Int6
     nf = n.astype(jnp.float64)
     step = cfg.nextn + 1  # scheduler tokens per decoding request per pass
     chunk = jnp.where(disagg, cfg.prefill_max_num_batched_tokens, cfg.max_num_batched_tokens - (n - 1) * step)
-    chunks_w = ((cfg.isl + chunk - 1) // chunk).astype(jnp.float64)
+    computed = cfg.isl - cached_prompt_tokens(cfg)  # the prefix cache serves the rest
+    chunks_w = ((computed + chunk - 1) // chunk).astype(jnp.float64)
     c_bar = jnp.sum(mix.w * chunks_w)
     passes = jnp.maximum((mix.r_bar + c_bar) / nf, c_bar)
     frac_mixed = c_bar / passes
@@ -356,7 +374,8 @@ def price_lookups(prefill_table: RoundTable, decode_table: RoundTable, cfg: Conf
     kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
     round_ms, round_code = decode_round_ms_at(decode_table, n, kv_q, cfg.kv_blocks * cfg.block_size)
     mixed_kv = jnp.minimum(jnp.round(p.n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64), cfg.kv_blocks * cfg.block_size)
-    prompt_ms, prompt_code = prompt_prefill_ms(prefill_table, cfg.isl, p.chunk, p.n_mixed, mixed_kv, mix.live)
+    prompt_ms, prompt_code = prompt_prefill_ms(prefill_table, cfg.isl, p.chunk, p.n_mixed, mixed_kv, mix.live,
+                                               cached_prompt_tokens(cfg))
     return Lookups(kv_q=kv_q, kv_mid=kv_mid, round_ms=round_ms, round_code=round_code, prompt_ms=prompt_ms, prompt_code=prompt_code)
 
 
