@@ -2,10 +2,11 @@
 
 For every vLLM aggregated row without attention DP of ``systems/silicon_sample.csv`` (inside the installed
 aiconfigurator-core; ``pip install -e '.[opmodel]'``) this evaluates, as :mod:`scripts.opmodel_coverage` does and with
-its cache (WORK/rows.jsonl, WORK/profiles, WORK/sweeps): jaxsim (``jaxsim import op-model`` of the row's cell, then
-``jaxsim sweep`` at its concurrency and lengths: the steady state with the default closed-loop benchmark, 10 prompts
-per client, all C sent at once) and aiconfigurator's own estimate of the same row (``VLLMBackend.run_agg``, as its
-accuracy harness calls it). Then:
+its cache (WORK/rows.jsonl for aiconfigurator's estimates, WORK/profiles; its own WORK/bench-rows.jsonl and sweeps):
+jaxsim (``jaxsim import op-model`` of the row's cell, then ``jaxsim sweep`` at its concurrency and lengths: the steady
+state with its closed-loop benchmark's prompt waves, all C sent at once) and aiconfigurator's own estimate of the same
+row (``VLLMBackend.run_agg``, as its accuracy harness calls it), each row's sweep under the sample's own benchmark protocol (:data:`BENCHMARK`,
+InferenceX's: 10 prompts per client, lengths U{0.8 L .. L}). Then:
 
 * the serving overhead (:mod:`jaxsim.overhead`: TTFT + fixed + per prompt token × ISL, TPOT + per output token) is
   fitted ONLY on the h100_sxm and h200_sxm rows jaxsim evaluates (:func:`jaxsim.overhead.fit_overhead`);
@@ -14,7 +15,8 @@ accuracy harness calls it). Then:
   and overall, measured in the same run.
 
 It prints one summary line (and, with ``--report``, writes the Markdown tables). ``--models`` restricts the model
-families (substrings of model ids; the default is every model), so a run on 2 CPU cores can be a subsample.
+families (substrings of model ids; the default is every model) and ``--cells-per-system N`` keeps the N cells
+(precision × TP) with the most rows per (model, system), so a run on 2 CPU cores can be a stated subsample.
 
   PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov [--models Llama-3.1-70B,gpt-oss-120b] [--report part.md]
 """
@@ -39,6 +41,50 @@ from jaxsim.overhead import fit_overhead  # noqa: E402
 
 FIT_SYSTEMS = ("h100_sxm", "h200_sxm")
 HELD_OUT_SYSTEMS = ("b200_sxm", "b300_sxm", "gb200", "gb200_sxm")
+
+
+BENCHMARK = {"prompts_per_client": 10, "range_ratio": 0.8, "length_rule": "inferencex"}
+"""The sample's benchmark protocol, InferenceX's (its README's client configuration: ``benchmark_serving.py --dataset-name
+random --random-range-ratio 0.8 --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf --ignore-eos``;
+the rows' ISL/OSL/concurrency grid, (1024, 1024), (1024, 8192), (8192, 1024) at 4-64, is InferenceX's)."""
+
+
+def _load(path: Path) -> dict[str, dict]:
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                out[d["id"]] = d["result"]
+    return out
+
+
+def collect(work: Path, todo: list[dict], results: dict[str, dict]) -> None:
+    """jaxsim (import cached by opmodel_coverage, sweep under :data:`BENCHMARK`) and aiconfigurator (from
+    opmodel_coverage's WORK/rows.jsonl when there, else computed) per row, appended to WORK/bench-rows.jsonl."""
+    import time
+
+    known = _load(work / "rows.jsonl")
+    cells = defaultdict(list)
+    for r in todo:
+        cells[cov.cell_key(r, cov.is_moe(r["model_path"]))].append(r)
+    t_all = time.perf_counter()
+    with (work / "bench-rows.jsonl").open("a") as out:
+        for n, (key, cell_rows) in enumerate(sorted(cells.items(), key=lambda kv: str(kv[0]))):
+            t0 = time.perf_counter()
+            try:
+                jx = cov.jaxsim_cell(work, key, cell_rows)
+            except Exception as e:  # noqa: BLE001 - a bug here must not lose the other cells
+                jx = {r["id"]: {"jaxsim": False, "jaxsim_reason": f"script error: {type(e).__name__}: {e}"} for r in cell_rows}
+            for r in cell_rows:
+                res = dict(jx[r["id"]])
+                old = known.get(r["id"])
+                res.update({k: v for k, v in old.items() if k.startswith("aic")} if old and "aic" in old else cov.aic_row(r))
+                out.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
+                out.flush()
+                results[r["id"]] = res
+            print(f"[{n + 1}/{len(cells)}] {key}: {sum(jx[r['id']].get('jaxsim', False) for r in cell_rows)}/{len(cell_rows)} evaluated, "
+                  f"{time.perf_counter() - t0:.1f} s ({time.perf_counter() - t_all:.0f} s total)", file=sys.stderr)
 
 
 def family(model: str) -> str:
@@ -88,6 +134,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/jaxsim-opmodel-coverage"), help="cache folder (shared with opmodel_coverage.py)")
     ap.add_argument("--models", default="", help="comma-separated substrings of model ids to keep (a subsample)")
+    ap.add_argument("--cells-per-system", type=int, default=0,
+                    help="keep only the N cells (precision x TP) with the most rows per (model, system): a subsample; 0 = all")
     ap.add_argument("--cached-only", action="store_true", help="score only the rows already in WORK/rows.jsonl (evaluate nothing new)")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
     args = ap.parse_args()
@@ -96,18 +144,23 @@ def main() -> int:
     if args.models:
         keep = [m.strip().lower() for m in args.models.split(",") if m.strip()]
         rows = [r for r in rows if any(k in r["model_path"].lower() for k in keep)]
+    if args.cells_per_system:
+        cells = defaultdict(list)
+        for r in rows:
+            cells[(r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"])].append(r)
+        best = defaultdict(list)
+        for k, v in sorted(cells.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))):
+            if len(best[k[:2]]) < args.cells_per_system:
+                best[k[:2]].append(k)
+        keep_cells = {k for ks in best.values() for k in ks}
+        rows = [r for r in rows if (r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"]) in keep_cells]
     args.work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict] = {}
-    done = args.work / "rows.jsonl"
-    if done.is_file():
-        for line in done.read_text().splitlines():
-            if line.strip():
-                d = json.loads(line)
-                results[d["id"]] = d["result"]
+    cov.BENCHMARK = BENCHMARK
+    results = _load(args.work / "bench-rows.jsonl")
     todo = [r for r in rows if r["id"] not in results]
     if todo and not args.cached_only:
         print(f"{len(rows)} rows, {len(todo)} to evaluate; work folder {args.work}", file=sys.stderr)
-        cov.collect(args.work, todo, results)
+        collect(args.work, todo, results)
     rows = [dict(r, **results[r["id"]]) for r in rows if r["id"] in results]
     fit_rows = [r for r in rows if r["system"] in FIT_SYSTEMS and r.get("jaxsim")]
     if len(fit_rows) < 4:

@@ -51,6 +51,8 @@ from pathlib import Path
 
 ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B"}  # aiconfigurator's InferenceX adapter MODEL_PATHS
 PARALLEL = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+BENCHMARK: dict | None = None
+"""A sweep spec ``[benchmark]`` table for every cell's sweep (None: the default closed loop, fixed lengths)."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode")
 
@@ -166,7 +168,11 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
         "scheduler": {"concurrency": sorted({int(_int(r["batch_size"])) for r in rows})},
         "workload": [{"name": f"i{i}o{o}", "isl": i, "osl": o} for i, o in pairs],
     }
-    out = work / "sweeps" / f"{name}.parquet"
+    folder = "sweeps"
+    if BENCHMARK is not None:  # the sample's own benchmark protocol (scripts/benchmark_accuracy.py), its own cache
+        spec["benchmark"] = dict(BENCHMARK)
+        folder = "sweeps-" + slug(json.dumps(BENCHMARK, sort_keys=True))[-8:]
+    out = work / folder / f"{name}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
         try:
@@ -383,20 +389,22 @@ def report(results: dict[str, dict], rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def is_moe(model: str) -> bool:
+    """Whether the op model's config of ``model`` has routed experts (False when it has no config)."""
+    from jaxsim.importers.op_model import _model_config
+
+    try:
+        cfg, _ = _model_config(ALIASES.get(model, model))
+    except Exception:  # noqa: BLE001
+        return False
+    text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    return bool(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts"))
+
+
 def collect(work: Path, todo: list[dict], results: dict[str, dict], *, no_aic: bool = False) -> None:
     """Evaluate ``todo`` cell by cell (jaxsim import + sweep, and aiconfigurator's estimate unless ``no_aic``),
     appending each row's result to WORK/rows.jsonl and to ``results``."""
     done_path = work / "rows.jsonl"
-    from jaxsim.importers.op_model import _model_config
-
-    def is_moe(model: str) -> bool:
-        try:
-            cfg, _ = _model_config(ALIASES.get(model, model))
-        except Exception:  # noqa: BLE001
-            return False
-        text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
-        return bool(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts"))
-
     cells = defaultdict(list)
     for r in todo:
         cells[cell_key(r, is_moe(r["model_path"]))].append(r)

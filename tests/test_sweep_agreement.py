@@ -57,3 +57,20 @@ def test_an_open_loop_benchmark_adds_no_prompt_waves(tmp_path):
         assert r["prefill_queue_ms"] == 0.0
         assert c[cid]["mean_ttft_ms"] == pytest.approx(r["mean_ttft_ms"] + c[cid]["prefill_queue_ms"], rel=1e-9)
         assert c[cid]["output_tokens_per_s_per_gpu"] == r["output_tokens_per_s_per_gpu"]
+
+
+def test_the_steady_state_prices_the_lengths_the_benchmark_sends():
+    """InferenceX's random lengths are U{⌊rL⌋ .. L} (mean below L): the steady state takes their mean; vLLM's
+    rule is symmetric about L, which stays."""
+    import numpy as np
+
+    from jaxsim.sweep.spec import plan_sweep
+
+    d = _spec("steady", [4], 0.8)
+    d["benchmark"]["length_rule"] = "inferencex"
+    cfg = plan_sweep(spec_from_dict(d, source="ix.toml")).inputs(np.arange(1))
+    assert (int(cfg.isl[0, 0]), int(cfg.osl[0, 0])) == ((3276 + 4096 + 1) // 2, (409 + 512 + 1) // 2)
+    assert not bool(cfg.equal_lengths[0])
+    d["benchmark"]["length_rule"] = "vllm"
+    cfg = plan_sweep(spec_from_dict(d, source="v.toml")).inputs(np.arange(1))
+    assert (int(cfg.isl[0, 0]), int(cfg.osl[0, 0])) == (4096, 512)

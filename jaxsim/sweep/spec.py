@@ -46,7 +46,7 @@ from jaxsim.kernels.rounds import RoundTable
 from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
-from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
+from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError, length_bounds
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
 from jaxsim.sla import SLA, canonical_keys
@@ -670,8 +670,7 @@ class SweepPlan:
             kv_bytes_per_token=B.kv_bytes_per_token,
             kv_transfer_bytes_per_s=B.kv_transfer_bytes_per_s,
             concurrency=np.asarray(self.spec.concurrency, np.int64)[c],
-            isl=self.wl_isl[w],
-            osl=self.wl_osl[w],
+            **dict(zip(("isl", "osl"), self.benchmark_lengths(self.wl_isl[w], self.wl_osl[w]))),
             weight=self.wl_weight[w],
             prefix_hit_ratio=self.wl_hit_ratio[w],
             prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
@@ -684,6 +683,16 @@ class SweepPlan:
         """[profile label, 3] serving overhead terms (fixed, per prompt token, per output token; ms) of each profile axis."""
         by_label = {a.label: a.overhead.terms for a in self.spec.profiles}
         return np.array([by_label.get(lab, (0.0, 0.0, 0.0)) for lab in self.labels["profile"]] or [(0.0, 0.0, 0.0)], np.float64)
+
+    def benchmark_lengths(self, isl: np.ndarray, osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The mean lengths the spec's benchmark sends for workload classes ``isl``/``osl``: the classes
+        themselves (fixed, or vLLM's range ratio, symmetric about them), or the mean of InferenceX's
+        U{⌊rL⌋ .. L} under ``length_rule = "inferencex"`` (the steady state prices the requests sent)."""
+        bench = self.spec.benchmark
+        if bench.length_rule != "inferencex":
+            return isl, osl
+        ilo, ihi, olo, ohi = length_bounds(isl, osl, bench.range_ratio, "inferencex")
+        return (ilo + ihi + 1) // 2, (olo + ohi + 1) // 2
 
     def prompts_per_client(self, concurrency: np.ndarray) -> np.ndarray:
         """Per config: the prompts each client of its closed-loop benchmark sends (its prompt waves; 0 for
