@@ -249,3 +249,33 @@ def test_measured_prefix_hit_ratio_from_a_trace_workload():
          "workload": [{"name": "mc", "trace": "mooncake_tiny", "bins": 1, "prefix_hit_ratio": "measured"}]}
     s = sp.spec_from_dict(d, source="t.toml")
     assert 0.0 < s.workloads[0].prefix_hit_ratio < 1.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# CLI: jaxsim trace prefix
+
+
+def test_cli_trace_prefix_reports_the_measured_ratio():
+    from typer.testing import CliRunner
+
+    from jaxsim.cli.main import app
+
+    r = CliRunner().invoke(app, ["trace", "prefix", "mooncake_tiny"])
+    assert r.exit_code == 0, r.output
+    assert "prefix-hit ratio with an unbounded cache" in r.output
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--trace-block-size", "256"], "row 1: 14 hash_ids for 6755 input tokens at 256 tokens per hash (expected 27)"),
+    (["--trace-block-size", "0"], "trace_block_size=0 must be an integer >= 1"),
+    (["--block-size", "0"], "--block-size=0 must be an integer >= 1"),
+])
+def test_cli_trace_prefix_bad_input_is_one_line_exit_2(args, fragment):
+    from typer.testing import CliRunner
+
+    from jaxsim.cli.main import app
+
+    r = CliRunner().invoke(app, ["trace", "prefix", "mooncake_tiny", *args])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and fragment in lines[0], r.output
