@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "jaxsim.rules": 1,
     "jaxsim.sla": 1,
     "jaxsim.stats": 1,
+    "jaxsim.overhead": 1,
     # 2. compiled kernels and the JAX set-up
     "jaxsim._jax": 2,
     "jaxsim.devices": 2,

@@ -40,11 +40,13 @@ from jaxsim._jax import ensure_x64
 from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
+from jaxsim.fields import is_int, is_number
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
+from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
-from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
+from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError, length_bounds
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
 from jaxsim.sla import SLA, canonical_keys
@@ -85,6 +87,7 @@ class ProfileAxis:
     label: str = ""
     moe_tp: tuple[int, ...] | None = None
     moe_ep: tuple[int, ...] | None = None
+    overhead: ServingOverhead = ServingOverhead()  # serving overhead outside the forward passes (zero unless set)
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
             raise doc.error(path, "give exactly one of preset, accepted_tokens, rates")
         (k, x), = v.items()
         if k == "accepted_tokens":
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
+            if not is_number(x):
                 raise doc.error(sc.sub(path, k), f"expected a number, got {doc.got(x)}")
             x = float(x)
         v = x
@@ -188,7 +191,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
                 raise
             raise doc.error(path, str(e)) from None
         return Acceptance("preset", v, f"preset:{v}")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if is_number(v):
         a = sc.Num(finite=True, ge=0.0).read(doc, v, path)
         return Acceptance("accepted", a, f"accepted={_fmt(a)}")
     if isinstance(v, list):
@@ -203,9 +206,22 @@ def _ratio(doc: sc.Doc, v: Any, path: str) -> tuple[int, int]:
         a, b = v.split(":")
         if a.strip().isdigit() and b.strip().isdigit() and 1 <= int(a) <= 1024 and 1 <= int(b) <= 1024:
             return int(a), int(b)
-    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
+    if isinstance(v, list) and len(v) == 2 and all(is_int(x) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
     raise doc.error(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
+
+
+def _overhead(doc: sc.Doc, v: Any, path: str) -> ServingOverhead:
+    """``overhead = {fixed_ms = ..., per_prompt_token_ms = ..., per_output_token_ms = ...}`` or the JSON
+    file ``jaxsim calibrate --benchmark`` writes (relative to the spec's folder)."""
+    if isinstance(v, str):
+        base_dir = doc.context.get("base_dir")
+        p = Path(v).expanduser()
+        v = base_dir / p if base_dir is not None and not p.is_absolute() else p
+    try:
+        return read_overhead(v, path)
+    except OverheadError as e:
+        raise doc.error("", str(e)) from None
 
 
 def _trace_workload(doc: sc.Doc, d: dict, path: str) -> tuple[list, list, list]:
@@ -380,8 +396,9 @@ _SPEC = sc.Table({
         "moe_tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "moe_ep": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
+        "overhead": sc.Field(sc.Custom(_overhead)),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
-                                        d.get("moe_tp"), d.get("moe_ep"))),
+                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -653,11 +670,38 @@ class SweepPlan:
             kv_bytes_per_token=B.kv_bytes_per_token,
             kv_transfer_bytes_per_s=B.kv_transfer_bytes_per_s,
             concurrency=np.asarray(self.spec.concurrency, np.int64)[c],
-            isl=self.wl_isl[w],
-            osl=self.wl_osl[w],
+            **dict(zip(("isl", "osl"), self.benchmark_lengths(self.wl_isl[w], self.wl_osl[w]))),
             weight=self.wl_weight[w],
             prefix_hit_ratio=self.wl_hit_ratio[w],
+            prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
+            equal_lengths=(np.count_nonzero(self.wl_weight[w] > 0, axis=1) == 1) & (self.spec.benchmark.range_ratio == 0),
+            **{f"overhead_{k}": v for k, v in zip(("fixed_ms", "per_prompt_token_ms", "per_output_token_ms"), self.overheads[B.profile].T)},
         )
+
+    @property
+    def overheads(self) -> np.ndarray:
+        """[profile label, 3] serving overhead terms (fixed, per prompt token, per output token; ms) of each profile axis."""
+        by_label = {a.label: a.overhead.terms for a in self.spec.profiles}
+        return np.array([by_label.get(lab, (0.0, 0.0, 0.0)) for lab in self.labels["profile"]] or [(0.0, 0.0, 0.0)], np.float64)
+
+    def benchmark_lengths(self, isl: np.ndarray, osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The mean lengths the spec's benchmark sends for workload classes ``isl``/``osl``: the classes
+        themselves (fixed, or vLLM's range ratio, symmetric about them), or the mean of InferenceX's
+        U{⌊rL⌋ .. L} under ``length_rule = "inferencex"`` (the steady state prices the requests sent)."""
+        bench = self.spec.benchmark
+        if bench.length_rule != "inferencex":
+            return isl, osl
+        ilo, ihi, olo, ohi = length_bounds(isl, osl, bench.range_ratio, "inferencex")
+        return (ilo + ihi + 1) // 2, (olo + ohi + 1) // 2
+
+    def prompts_per_client(self, concurrency: np.ndarray) -> np.ndarray:
+        """Per config: the prompts each client of its closed-loop benchmark sends (its prompt waves; 0 for
+        an open-loop benchmark, whose TTFT is the steady state's)."""
+        bench = self.spec.benchmark
+        c = np.maximum(np.asarray(concurrency, np.float64), 1.0)
+        if not bench.closed:
+            return np.zeros_like(c)
+        return np.asarray(bench.num_prompts, np.float64) / c if bench.num_prompts is not None else np.full_like(c, bench.prompts_per_client)
 
     def input_columns(self, idx: np.ndarray) -> OrderedDict[str, np.ndarray]:
         """Per-config input columns for the results (label columns as integer codes into ``labels``)."""
