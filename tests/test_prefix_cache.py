@@ -218,8 +218,9 @@ def test_sweep_workload_prefix_hit_ratio_lowers_ttft():
         m = fn(plan.tables[g.prefill_table], plan.tables[g.decode_table], jnp.asarray(g.disaggregated), plan.rounds_table(),
                ev.SLABounds.of(SLA()), cfgs)
         out[ratio] = np.asarray(m.mean_ttft_ms)
-    ok = np.isfinite(out[0.0])
-    assert ok.any() and np.all(out[0.5][ok] < out[0.0][ok]), out
+    both = np.isfinite(out[0.5]) & np.isfinite(out[0.0])  # NaN: a lookup outside the table's support (the closed loop's prompt wave)
+    assert both.any() and np.all(out[0.5][both] < out[0.0][both])
+    assert np.all(np.isfinite(out[0.5]) >= np.isfinite(out[0.0]))  # a cached prefix never leaves support where computing it all stays inside
 
 
 def jax_tree_asarray(tree):
@@ -250,33 +251,3 @@ def test_measured_prefix_hit_ratio_from_a_trace_workload():
          "workload": [{"name": "mc", "trace": "mooncake_tiny", "bins": 1, "prefix_hit_ratio": "measured"}]}
     s = sp.spec_from_dict(d, source="t.toml")
     assert 0.0 < s.workloads[0].prefix_hit_ratio < 1.0
-
-
-# ----------------------------------------------------------------------------------------------------
-# CLI: jaxsim trace prefix
-
-
-def test_cli_trace_prefix_reports_the_measured_ratio():
-    from typer.testing import CliRunner
-
-    from jaxsim.cli.main import app
-
-    r = CliRunner().invoke(app, ["trace", "prefix", "mooncake_tiny"])
-    assert r.exit_code == 0, r.output
-    assert "prefix-hit ratio with an unbounded cache" in r.output
-
-
-@pytest.mark.parametrize(("args", "fragment"), [
-    (["--trace-block-size", "256"], "row 1: 14 hash_ids for 6755 input tokens at 256 tokens per hash (expected 27)"),
-    (["--trace-block-size", "0"], "trace_block_size=0 must be an integer >= 1"),
-    (["--block-size", "0"], "--block-size=0 must be an integer >= 1"),
-])
-def test_cli_trace_prefix_bad_input_is_one_line_exit_2(args, fragment):
-    from typer.testing import CliRunner
-
-    from jaxsim.cli.main import app
-
-    r = CliRunner().invoke(app, ["trace", "prefix", "mooncake_tiny", *args])
-    assert r.exit_code == 2
-    lines = [x for x in r.output.splitlines() if x.strip()]
-    assert len(lines) == 1 and fragment in lines[0], r.output
