@@ -33,6 +33,7 @@ from jaxsim.replay.engine import (
     widen_stack,
 )
 from jaxsim.replay.executables import ADVANCE, ADVANCE_SPLIT, FINISH, START, Call
+from jaxsim.replay.stretch import DEFAULT_LOOKAHEAD
 
 FIRST_SLOTS = 16
 """Batched replays start with this many running-list slots and double them when a replay fills them
@@ -229,7 +230,7 @@ class _CapacityGroup:
         self.params = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in self.shared else np.stack([np.asarray(x) for x in xs]), *params)
         self.requests = _np_stack([it.requests for it in members])
         self.keys = np.stack([np.asarray(it.key) for it in members])
-        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table)
+        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table, lookahead=DEFAULT_LOOKAHEAD)
         self.sizes = self._sizes()
 
     def _sizes(self) -> _CallSizes:
