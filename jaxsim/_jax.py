@@ -25,7 +25,18 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["compile_all", "compile_cached", "compile_fresh", "executable_key", "prune_executables", "fresh_compilation", "ensure_x64", "jit_x64", "load_executable", "save_executable"]
+__all__ = [
+    "compile_all",
+    "compile_cached",
+    "compile_fresh",
+    "executable_key",
+    "prune_executables",
+    "fresh_compilation",
+    "ensure_x64",
+    "jit_x64",
+    "load_executable",
+    "save_executable",
+]
 
 
 def ensure_x64() -> None:

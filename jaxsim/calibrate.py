@@ -103,13 +103,16 @@ class CalibrationConfig:
         if self.window < 2 or not 0.0 < self.train_fraction < 1.0:
             raise JaxsimError(f"calibration split: window must be >= 2 and train fraction in (0, 1) (got {self.window}, {self.train_fraction})")
         if int(round(self.train_fraction * self.window)) in (0, self.window):
-            raise JaxsimError(f"calibration split: window {self.window} x train fraction {self.train_fraction} leaves no training or no held-out pass")
+            raise JaxsimError(
+                f"calibration split: window {self.window} x train fraction {self.train_fraction} leaves no training or no held-out pass"
+            )
 
     def describe(self) -> str:
         return (
             f"blocked time split (windows of {self.window} passes, first {self.train_fraction:g} fit, rest held out); "
             f"decode: a polynomial (degree in {list(self.decode_degrees)} and ridge in {list(self.ridges)} chosen by an inner "
-            f"time-blocked split of the training passes, the most regular within {self.cv_tolerance:g} of the best) of log(measured/modelled) in (log2 batch, log2 total KV) on "
+            f"time-blocked split of the training passes, the most regular within {self.cv_tolerance:g} of the best) of "
+            "log(measured/modelled) in (log2 batch, log2 total KV) on "
             f"per-bin medians ({self.kv_bins_per_octave} KV bins per octave) plus a per-measured-batch median offset shrunk by "
             f"n/(n+{self.level_shrink:g}) (CUDA-graph batch padding makes latency step in batch); prefill: degree-{self.prefill_degree} "
             f"polynomial in log2 tokens (+ log2 batch, log2(1 + cached KV/tokens) where the log varies them) on per-bin "
@@ -562,7 +565,9 @@ def score(log: FpmLog, held: np.ndarray, tables: dict) -> dict:
     out: dict = {}
     for label, table in tables.items():
         if table is None:
-            out[label] = {ph: _stats(np.zeros(len(log)), log.latency_ms, np.zeros(len(log), bool), np.flatnonzero(held & (kind == ph))) for ph in PHASES}
+            out[label] = {
+                ph: _stats(np.zeros(len(log)), log.latency_ms, np.zeros(len(log), bool), np.flatnonzero(held & (kind == ph))) for ph in PHASES
+            }
             continue
         pred, ok = price(table, log)
         out[label] = {ph: _stats(pred, log.latency_ms, ok, np.flatnonzero(held & (kind == ph))) for ph in PHASES}

@@ -95,12 +95,17 @@ def check_output(path: str | os.PathLike, allowed: Sequence[str] | None = None, 
         raise OutputError(f"{p}: exists; pass --force to overwrite")
     if allowed is not None and p.is_dir():
         raise OutputError(f"{p}: is a directory; give a file name")
+    _check_parent_is_a_folder(p)
+    return p
+
+
+def _check_parent_is_a_folder(p: Path) -> None:
+    """The nearest existing ancestor of ``p`` must be a folder (``out.csv/x.parquet`` under a file is refused)."""
     parent = p.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if parent.exists() and not parent.is_dir():
         raise OutputError(f"{p}: {parent} is a file, not a folder")
-    return p
 
 
 def is_jaxsim_dir(path: str | os.PathLike) -> bool:
@@ -141,11 +146,7 @@ def check_output_dir(path: str | os.PathLike, *, force: bool = False, inputs: It
         if s == real or real in s.parents:
             raise OutputError(f"{p}: holds {src}, an input of this command; give a new folder for the output")
     if not os.path.lexists(p):
-        parent = p.parent
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        if parent.exists() and not parent.is_dir():
-            raise OutputError(f"{p}: {parent} is a file, not a folder")
+        _check_parent_is_a_folder(p)
         return p
     if p.is_symlink() or not p.is_dir():
         raise OutputError(f"{p}: exists and is not a folder jaxsim wrote; give a new folder for the output")

@@ -636,7 +636,9 @@ def _series_pools(cols: dict, series, num_gpu_blocks: int | None) -> list[int | 
     return [int(col[m].max()) if m.any() else None for _, m in series]
 
 
-def plot_kv_timeline(timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None, max_series: int = 6) -> Path:
+def plot_kv_timeline(
+    timeline: Any, path: str | os.PathLike, *, num_gpu_blocks: int | None = None, title: str | None = None, max_series: int = 6
+) -> Path:
     """KV-cache blocks in use, with the KV pool's size, and running / waiting requests over simulated time,
     from a replay timeline (``jaxsim.replay.metrics.timeline_table`` or ``jaxsim replay --timeline``); one line
     per config/worker. Use is drawn as a percentage of each worker's pool, with the pool as a dashed line at

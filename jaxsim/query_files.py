@@ -152,7 +152,11 @@ def _kind_codes(path: Path, col: pa.ChunkedArray, first_row: int = 0) -> np.ndar
     for chunk in col.chunks:
         if pa.types.is_dictionary(chunk.type):
             mapping = pc.index_in(chunk.dictionary, value_set=pa.array(KINDS)).to_numpy(zero_copy_only=False)
-            mapping = np.where(np.isnan(mapping.astype(np.float64)), -1, mapping).astype(np.int64) if mapping.dtype.kind == "f" else mapping.astype(np.int64)
+            mapping = (
+                np.where(np.isnan(mapping.astype(np.float64)), -1, mapping).astype(np.int64)
+                if mapping.dtype.kind == "f"
+                else mapping.astype(np.int64)
+            )
             idx = chunk.indices.to_numpy(zero_copy_only=False)
             parts.append(mapping[idx] if mapping.size else np.full(len(chunk), -1, np.int64))
         else:

@@ -144,7 +144,10 @@ tight = finite & (cols["mean_ttft_ms"] <= 1000) & (cols["mean_tpot_ms"] <= 10)
 fig = Figure(figsize=(9, 5.6), dpi=110, layout="constrained")
 ax = fig.subplots()
 ax.scatter(per_user[finite], per_gpu[finite], s=5, c="#d9d9d9", label=f"all evaluated {WORKLOAD} configs", rasterized=True)
-for mask, colour, lw, label in ((ok & same_workload, "#fdae6b", 5, "SLA TTFT ≤ 2 s, TPOT ≤ 50 ms"), (tight, "#08519c", 1.5, "SLA TTFT ≤ 1 s, TPOT ≤ 10 ms")):
+for mask, colour, lw, label in (
+    (ok & same_workload, "#fdae6b", 5, "SLA TTFT ≤ 2 s, TPOT ≤ 50 ms"),
+    (tight, "#08519c", 1.5, "SLA TTFT ≤ 1 s, TPOT ≤ 10 ms"),
+):
     f = pareto_mask(np.where(mask, per_user, np.nan), np.where(mask, per_gpu, np.nan))
     o = np.argsort(per_user[f])
     ax.plot(per_user[f][o], per_gpu[f][o], "o-", color=colour, lw=lw, ms=lw + 2, label=f"frontier under {label} ({int(f.sum())} configs)")
@@ -176,7 +179,9 @@ for target in targets:
     print(f"at ≥ {target} tok/s per user:")
     for budget in budgets:
         total, i, units = best[target, budget]
-        print(f"  {budget} GPU(s): " + (f"{total:8.1f} output tok/s with {units} × [{describe(i)}]" if i >= 0 else "no SLA-feasible configuration fits"))
+        print(
+            f"  {budget} GPU(s): " + (f"{total:8.1f} output tok/s with {units} × [{describe(i)}]" if i >= 0 else "no SLA-feasible configuration fits")
+        )
 
 fig = Figure(figsize=(10, 5.2), dpi=110, layout="constrained")
 ax = fig.subplots()

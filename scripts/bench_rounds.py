@@ -105,7 +105,10 @@ def main() -> None:
     c2, r2 = _timed(rounds.prefill_batch, table, p_b, p_t, p_k)
     c3, r3 = _timed(rounds.mixed_batch, table, p_b, p_t, p_k, d_b, d_k)
     total = r1 + r2 + r3
-    print(f"mixed   n={3 * n3:,} (decode/prefill/mixed thirds): compile {c1 + c2 + c3:.3f} s, steady {total * 1e3:.1f} ms → {3 * n3 / total / 1e6:.1f} M evaluations/s")
+    print(
+        f"mixed   n={3 * n3:,} (decode/prefill/mixed thirds): compile {c1 + c2 + c3:.3f} s, steady {total * 1e3:.1f} ms → "
+        f"{3 * n3 / total / 1e6:.1f} M evaluations/s"
+    )
 
     ref, why = _reference_rate(Path(args.profile), b, kv)
     ref_rate = ref or REFERENCE_DECODE_PER_S
@@ -118,7 +121,14 @@ def main() -> None:
         times = {}
         for n in (200_000, args.cli_n):
             qb, qk = _queries(table, n, rng)
-            q = pa.table({"workload_kind": pa.array(["decode"] * n), "batch_size": qb, "total_prefill_tokens": np.zeros(n, np.int64), "total_kv_read_tokens": qk})
+            q = pa.table(
+                {
+                    "workload_kind": pa.array(["decode"] * n),
+                    "batch_size": qb,
+                    "total_prefill_tokens": np.zeros(n, np.int64),
+                    "total_kv_read_tokens": qk,
+                }
+            )
             qp = Path(tmp) / f"q{n}.parquet"
             pq.write_table(q, qp)
             cmd = [sys.executable, "-m", "jaxsim", "round", args.profile, "-q", str(qp), "-o", str(Path(tmp) / f"o{n}.parquet"), "--quiet"]

@@ -43,7 +43,8 @@ LLAMA_LICENCE = (
     "jaxsim/data/ATTRIBUTION.md"
 )
 # table density of the bundled profiles (package size): Qwen decode curves for every batch up to 128 (the logs'
-# concurrency is 32, the quickstart's up to 48) and prefill batches 1..32 (azure_code_1k replays to completion); Llama's planner points reach batch ~800, so its decode curves are
+# concurrency is 32, the quickstart's up to 48) and prefill batches 1..32 (azure_code_1k replays to completion); Llama's planner points
+# reach batch ~800, so its decode curves are
 # thinned to every batch up to 32, then 1/8-octave steps to 1024 (jaxsim interpolates between covering curves);
 # Llama prefill batches 1..8. Thinning happens BEFORE calibration, so the stored held-out scores are of the bundled rows.
 QWEN_MAX_NUM_SEQS = 128
@@ -114,8 +115,13 @@ def build_llama(data: Path, out: Path, tmp: Path) -> dict:
         "(same architecture), whose name the profile takes. Planner points are read as passes: TTFT as a batch-1 prefill, ITL "
         "as a decode pass at the approximate batch round(kv_usage x max_kv / context). Log source: PyPI ai-dynamo==1.6.1, "
         "dynamo/planner/tests/data/profiling_results/H200_TP1P_TP1D/ (Apache-2.0). Built by scripts/build_calibrated_profiles.py."))
-    C.write_calibrated(out / "profiles" / name, [part], force=True, report={"tp1": cal.summary()},
-                       extra_sidecar={"provenance": "calibrated: aiconfigurator-core 0.12.0 op model x correction fitted to the Dynamo planner sweep"})
+    C.write_calibrated(
+        out / "profiles" / name,
+        [part],
+        force=True,
+        report={"tp1": cal.summary()},
+        extra_sidecar={"provenance": "calibrated: aiconfigurator-core 0.12.0 op model x correction fitted to the Dynamo planner sweep"},
+    )
     return {"name": name, "model": "nvidia/Llama-3.1-8B-Instruct-FP8", "system": "h200_sxm", "tps": [1], "kind": "calibrated",
             "description": "Llama-3.1-8B FP8 on H200 TP1: op model calibrated to the Dynamo planner's measured TTFT/ITL sweep",
             "licence": LLAMA_LICENCE}

@@ -33,6 +33,15 @@ The reference runs under ``--timeout`` seconds; jaxsim replays the config in thi
 * ``DIFFERENT``: anything else (first differing request printed); the seed's folder is kept.
 
 Agreeing seeds' folders are deleted unless ``--keep-agreeing``. Exit 0 when no seed is DIFFERENT.
+
+``--prefix``: prefix caching ON in the reference (``kv_cache.prefix_caching: true``), on traces with real
+sharing: every request draws one of 1..3 shared prefixes of random length (in trace hash blocks of 8, 16,
+32 or 64 tokens, the reference's ``traffic.source.block_size``) and a unique tail; the pools are drawn as
+above, so most seeds are tight and evict. Autoregressive tables only. The jaxsim side is the plain-Python
+specification ``oracle_replay(..., block_keys=...)`` (tests/replay_support.py) with the keys of
+``jaxsim.replay.prefix_cache.block_keys``; besides TTFT/E2E/admissions/preemptions, the first-admission
+and last-admission cache-hit tokens (``first_admission_reused_input_tokens``, ``reused_input_tokens``)
+must be equal.
 """
 
 from __future__ import annotations
@@ -104,25 +113,82 @@ def draw_case(seed: int) -> dict:
     }
 
 
+def draw_prefix_case(seed: int) -> dict:
+    """A :func:`draw_case` seed made autoregressive, with shared-prefix ``hash_ids``."""
+    case = draw_case(seed)
+    case.update(k=0, accepted=0)
+    g = np.random.default_rng(seed + 777)
+    tbs = int(g.choice([8, 16, 32, 64]))
+    ngroups = int(g.integers(1, 4))
+    groups = [list(range(1000 * (k + 1), 1000 * (k + 1) + 200)) for k in range(ngroups)]
+    fresh = 100_000
+    hashes = []
+    for r in case["requests"]:
+        nb = -(-r["input_length"] // tbs)
+        h = groups[int(g.integers(0, ngroups))][: int(g.integers(0, nb + 1))]
+        while len(h) < nb:
+            h.append(fresh)
+            fresh += 1
+        hashes.append(h)
+    case["trace_block_size"], case["hash_ids"] = tbs, hashes
+    return case
+
+
 def _row(case: dict, kind: str, b: int, t: int, kv: int, lat: float) -> dict:
     ep = execution_profile(case)
     native = {"timing_scope": "model_step_cuda", "timing_boundary": "model_step_cuda", "measurement_reduction": "single_sample",
               "source_sample_count": 1} if ep else {}
     return dict(
-        cell_id=f"rfuzz-seed-{case['seed']}-cell", model_path=MODEL, system=SYSTEM, backend="vllm",
-        backend_version=BACKEND_VERSION, runtime_backend_version=BACKEND_VERSION, weight_quantization="bfloat16",
-        gemm_quant_mode="bfloat16", moe_quant_mode="bfloat16", fmha_quant_mode="bfloat16",
-        fmha_resolution="checkpoint_native", comm_quant_mode="half", kv_cache_dtype="bfloat16",
-        parallel_strategy="pure_tp", tp=1, pp=1, dp=1, moe_tp=1, moe_ep=1, cp=1, moe_backend="auto",
-        attention_backend="auto", enable_wideep=False, enable_eplb=False, model_config_sha256="",
-        execution_profile=("speculative_round_v1:" + json.dumps({"model_revision": REVISION, "execution_profile": ep},
-                                                                separators=(",", ":"))) if ep else "full",
-        engram_residency="none", input_modality="text", partition_policy="balanced_v1",
-        kv_seed_regime="n/a" if kind == "prefill" and kv == 0 else "real_kv", global_warmup_iterations=3,
-        warmup_repeats=0, measurement_repeats=1, measurement_policy=policy(case),
-        model_support_level="synthetic", model_template_id="synthetic", model_template_version="1",
-        aic_database_version="synthetic", source_plan_sha256="0" * 64, collector_attempt_id="rfuzz",
-        runtime_run_id="rfuzz", runtime_grid_digest="rfuzz", **native, workload_kind=kind, batch_size=b, total_prefill_tokens=t, total_kv_read_tokens=kv, latency_ms=float(lat),
+        cell_id=f"rfuzz-seed-{case['seed']}-cell",
+        model_path=MODEL,
+        system=SYSTEM,
+        backend="vllm",
+        backend_version=BACKEND_VERSION,
+        runtime_backend_version=BACKEND_VERSION,
+        weight_quantization="bfloat16",
+        gemm_quant_mode="bfloat16",
+        moe_quant_mode="bfloat16",
+        fmha_quant_mode="bfloat16",
+        fmha_resolution="checkpoint_native",
+        comm_quant_mode="half",
+        kv_cache_dtype="bfloat16",
+        parallel_strategy="pure_tp",
+        tp=1,
+        pp=1,
+        dp=1,
+        moe_tp=1,
+        moe_ep=1,
+        cp=1,
+        moe_backend="auto",
+        attention_backend="auto",
+        enable_wideep=False,
+        enable_eplb=False,
+        model_config_sha256="",
+        execution_profile=("speculative_round_v1:" + json.dumps({"model_revision": REVISION, "execution_profile": ep}, separators=(",", ":")))
+        if ep
+        else "full",
+        engram_residency="none",
+        input_modality="text",
+        partition_policy="balanced_v1",
+        kv_seed_regime="n/a" if kind == "prefill" and kv == 0 else "real_kv",
+        global_warmup_iterations=3,
+        warmup_repeats=0,
+        measurement_repeats=1,
+        measurement_policy=policy(case),
+        model_support_level="synthetic",
+        model_template_id="synthetic",
+        model_template_version="1",
+        aic_database_version="synthetic",
+        source_plan_sha256="0" * 64,
+        collector_attempt_id="rfuzz",
+        runtime_run_id="rfuzz",
+        runtime_grid_digest="rfuzz",
+        **native,
+        workload_kind=kind,
+        batch_size=b,
+        total_prefill_tokens=t,
+        total_kv_read_tokens=kv,
+        latency_ms=float(lat),
     )
 
 
@@ -202,9 +268,10 @@ def write_case(case: dict, d: Path) -> None:
     write_profile(case, d / "profile")
     hid = 1
     with open(d / "trace.jsonl", "w") as f:
-        for r in case["requests"]:
+        for i, r in enumerate(case["requests"]):
             nb = -(-r["input_length"] // 16)
-            f.write(json.dumps({**r, "hash_ids": list(range(hid, hid + nb))}) + "\n")
+            hashes = case["hash_ids"][i] if "hash_ids" in case else list(range(hid, hid + nb))
+            f.write(json.dumps({**r, "hash_ids": hashes}) + "\n")
             hid += nb
     k = case["k"]
     spec = f"nextn = {k}\naccepted_tokens = {float(case['accepted'])}\n" if k else ""
@@ -234,11 +301,12 @@ gpu_memory_utilization = {GPU_MEMORY_UTILIZATION}
            "context_length": case["context"],
            "workers": {"aggregated": {"scheduler": {"max_batched_tokens": case["max_num_batched_tokens"],
                                                     "max_sequences": case["max_num_seqs"]},
-                                      "kv_cache": {"prefix_caching": False, "block_size": case["block_size"],
+                                      "kv_cache": {"prefix_caching": "hash_ids" in case, "block_size": case["block_size"],
                                                    "capacity": {"memory_fraction": GPU_MEMORY_UTILIZATION}}}}}
     if k:
         eng["nextn"], eng["nextn_accepted"] = k, float(case["accepted"])
-    cfg = {"engine": eng, "traffic": {"source": {"type": "trace", "paths": ["trace.jsonl"], "format": "mooncake", "block_size": 16},
+    tbs = case.get("trace_block_size", 16)
+    cfg = {"engine": eng, "traffic": {"source": {"type": "trace", "paths": ["trace.jsonl"], "format": "mooncake", "block_size": tbs},
                                       "load": {"type": "trace_timestamps"}}}
     (d / "reference.yaml").write_text(json.dumps(cfg, indent=1) + "\n")  # JSON is YAML
     (d / "case.json").write_text(json.dumps(case, indent=1) + "\n")
@@ -314,6 +382,38 @@ def run_jaxsim(d: Path) -> dict:
     return {"status": rows[0]["status"] if rows else "empty", "rows": {int(x["row"]): x for x in rows}}
 
 
+def run_oracle(case: dict, d: Path) -> dict:
+    """The prefix-caching specification (``oracle_replay`` with block keys) on one case, as run_jaxsim's dict."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from replay_support import oracle_replay
+
+    from jaxsim.kernels.rounds import compile_round_table
+    from jaxsim.profile import load_profile_dir
+    from jaxsim.replay.prefix_cache import block_keys
+    from jaxsim.replay.traces import make_trace
+
+    bundle = load_profile_dir(d / "profile")
+    table = compile_round_table(bundle.cell(bundle.profile.deployments[0]))
+    reqs = case["requests"]
+    t0 = min(r["timestamp"] for r in reqs)
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i]["timestamp"])
+    trace = make_trace("fuzz", [reqs[i]["timestamp"] - t0 for i in order], [reqs[i]["input_length"] for i in order],
+                       [reqs[i]["output_length"] for i in order], rebase=False)
+    keys, _ = block_keys([case["hash_ids"][i] for i in order], [reqs[i]["input_length"] for i in order],
+                         case["trace_block_size"], case["block_size"])
+    out, _, status = oracle_replay(table, trace, max_num_batched_tokens=case["max_num_batched_tokens"],
+                                   max_num_seqs=case["max_num_seqs"], block_size=case["block_size"], num_gpu_blocks=case["blocks"],
+                                   num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=case["context"], block_keys=keys)
+    rows = {}
+    for r in out:
+        a = trace.arrival_ms[r.i]
+        done = r.gen >= r.out and r.last is not None
+        rows[order[r.i]] = {"terminal": "completed" if done else "unfinished", "ttft_ms": r.first - a if done else None,
+                            "e2e_ms": r.last - a if done else None, "admissions": r.admits, "preemptions": r.preempt,
+                            "first_hit_tokens": r.first_hit or 0, "hit_tokens": r.hit}
+    return {"status": status if isinstance(status, str) else f"lookup {status}", "rows": rows}
+
+
 def compare(ref: dict, mine: dict) -> tuple[str, str]:
     """(class, detail) of one seed."""
     js = mine["status"]
@@ -332,17 +432,22 @@ def compare(ref: dict, mine: dict) -> tuple[str, str]:
             continue
         pairs = (("ttft_ms", g["ttft_ms"], m["ttft_ms"]), ("e2e_ms", g["e2e_latency_ms"], m["e2e_ms"]),
                  ("admissions", g["admission_count"], m["admissions"]), ("preemptions", g["readmission_count"], m["preemptions"]))
+        if "hit_tokens" in m:
+            pairs += (("first-admission hit tokens", g["first_admission_reused_input_tokens"], m["first_hit_tokens"]),
+                      ("hit tokens", g["reused_input_tokens"], m["hit_tokens"]))
         for name, a, b in pairs:
             if a != b:
                 return "DIFFERENT", f"request {i}: {name} reference {a!r} vs jaxsim {b!r}"
     n = len(mine["rows"])
-    return "identical", f"{n} requests, {sum(r['preemptions'] for r in mine['rows'].values())} preemptions"
+    hits = f", {sum(r['hit_tokens'] for r in mine['rows'].values())} hit tokens" if any("hit_tokens" in r for r in mine["rows"].values()) else ""
+    return "identical", f"{n} requests, {sum(r['preemptions'] for r in mine['rows'].values())} preemptions{hits}"
 
 
 def describe(case: dict) -> str:
     k = case["k"]
     sd = f"sd K={k} a={case['accepted']}" if k else "ar"
-    return (f"{sd}, seqs {case['max_num_seqs']}, tokens {case['max_num_batched_tokens']}, block {case['block_size']}, "
+    pre = f"tbs {case['trace_block_size']}, " if "trace_block_size" in case else ""
+    return (f"{pre}{sd}, seqs {case['max_num_seqs']}, tokens {case['max_num_batched_tokens']}, block {case['block_size']}, "
             f"ctx {case['context']}, {case['blocks']} blocks, {len(case['requests'])} req")
 
 
@@ -353,6 +458,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0:120", help="START:STOP (STOP exclusive) or a comma list")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds the reference may take per seed")
     ap.add_argument("--keep-agreeing", action="store_true")
+    ap.add_argument("--prefix", action="store_true", help="prefix caching on, shared-prefix traces (see the docstring)")
     args = ap.parse_args()
     if ":" in args.seeds:
         a, b = args.seeds.split(":")
@@ -369,11 +475,15 @@ def main() -> None:
     different = []
     t0 = time.perf_counter()
     for seed in seeds:
-        case = draw_case(seed)
+        case = draw_prefix_case(seed) if args.prefix else draw_case(seed)
         d = work / f"seed-{seed}"
         write_case(case, d)
         ref = run_reference(cli, d, args.timeout)
-        mine = run_jaxsim(d)
+        if ref["state"] == "completed":
+            with open(d / "reference_requests.jsonl", "w") as fh:
+                for i in sorted(ref["per_request"]):
+                    fh.write(json.dumps(ref["per_request"][i]) + "\n")
+        mine = run_oracle(case, d) if args.prefix else run_jaxsim(d)
         cls, detail = compare(ref, mine)
         counts[cls] = counts.get(cls, 0) + 1
         if cls == "agreed stop":

@@ -216,10 +216,14 @@ def main(argv=None) -> int:
                     jv = float(lat[j]) if jok else st.name(int(code[j]))
                     print(f"DIFF seed {seed} {d} ({t.style}, {'SD' if t.speculative else 'AR'}): {rows[j]}: jaxsim {jv!r} "
                           f"[{st.name(int(code[j]))}]; reference {rv if rok else str(rv)[:200]!r}")
-        print(f"seed {seed}: tables {counts['tables']} ({'refused at load by both' if ref is not None else 'refused at load'}: {counts['tables_refused']}), "
-              f"queries {counts['queries']}, answered {counts['answered']}, agree {counts['agree']}, "
-              f"disagree {counts['disagree']}, load disagreements {counts['load_disagree']}, "
-              f"mixed rows where the clamp binds {counts['clamp']}", flush=True)
+        print(
+            f"seed {seed}: tables {counts['tables']} ({'refused at load by both' if ref is not None else 'refused at load'}: "
+            f"{counts['tables_refused']}), "
+            f"queries {counts['queries']}, answered {counts['answered']}, agree {counts['agree']}, "
+            f"disagree {counts['disagree']}, load disagreements {counts['load_disagree']}, "
+            f"mixed rows where the clamp binds {counts['clamp']}",
+            flush=True,
+        )
         for k in totals:
             totals[k] += counts[k]
         if not args.workdir and counts["disagree"] == 0 and counts["load_disagree"] == 0:

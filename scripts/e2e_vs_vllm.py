@@ -97,7 +97,8 @@ def compare(run: Path, profile: str, tp: int) -> dict:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "| TP | status | duration log → jaxsim | passes log → jaxsim | pass median ms | pass p90 ms | decode batch mean / p10 / median / p90 (log → jaxsim) |",
+        "| TP | status | duration log → jaxsim | passes log → jaxsim | pass median ms | pass p90 ms | decode batch mean / p10 / median / "
+        "p90 (log → jaxsim) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:

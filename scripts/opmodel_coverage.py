@@ -51,6 +51,8 @@ from pathlib import Path
 
 ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B"}  # aiconfigurator's InferenceX adapter MODEL_PATHS
 PARALLEL = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+BENCHMARK: dict | None = None
+"""A sweep spec ``[benchmark]`` table for every cell's sweep (None: the default closed loop, fixed lengths)."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode")
 
@@ -166,7 +168,11 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
         "scheduler": {"concurrency": sorted({int(_int(r["batch_size"])) for r in rows})},
         "workload": [{"name": f"i{i}o{o}", "isl": i, "osl": o} for i, o in pairs],
     }
-    out = work / "sweeps" / f"{name}.parquet"
+    folder = "sweeps"
+    if BENCHMARK is not None:  # the sample's own benchmark protocol (scripts/benchmark_accuracy.py), its own cache
+        spec["benchmark"] = dict(BENCHMARK)
+        folder = "sweeps-" + slug(json.dumps(BENCHMARK, sort_keys=True))[-8:]
+    out = work / folder / f"{name}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
         try:
@@ -179,7 +185,7 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     wl = t.column("workload").to_pylist()
     got = {}
     for c, w, code, ttft, tpot in zip(t.column("concurrency_target").to_pylist(), wl, t.column("status").to_pylist(),
-                                      t.column("ttft_ms").to_pylist(), t.column("tpot_ms").to_pylist()):
+                                      t.column("mean_ttft_ms").to_pylist(), t.column("mean_tpot_ms").to_pylist()):
         i, o = (int(x) for x in re.match(r"i(\d+)o(\d+)", w).groups())
         got[(int(c), i, o)] = (st.name_table()[int(code)], bool(st.is_supported(int(code))), ttft, tpot)
     return got, ""
@@ -374,10 +380,53 @@ def report(results: dict[str, dict], rows: list[dict]) -> str:
             secs[(r["model_path"], r["system"], r.get("layout_args"), r.get("max_num_seqs"))] = (r["import_s"], r.get("max_num_seqs", 0))
     small = [s for s, n in secs.values() if n <= 256]
     if secs:
-        lines += ["", f"Import wall time per cell (in-process, incl. writing; {len(secs)} cells): median {_med([s for s, _ in secs.values()]):.1f} s, "
-                  f"max {max(s for s, _ in secs.values()):.1f} s; cells with max_num_seqs <= 256: median {_med(small):.1f} s, "
-                  f"max {max(small, default=float('nan')):.1f} s."]
+        lines += [
+            "",
+            f"Import wall time per cell (in-process, incl. writing; {len(secs)} cells): median {_med([s for s, _ in secs.values()]):.1f} s, "
+            f"max {max(s for s, _ in secs.values()):.1f} s; cells with max_num_seqs <= 256: median {_med(small):.1f} s, "
+            f"max {max(small, default=float('nan')):.1f} s.",
+        ]
     return "\n".join(lines)
+
+
+def is_moe(model: str) -> bool:
+    """Whether the op model's config of ``model`` has routed experts (False when it has no config)."""
+    from jaxsim.importers.op_model import _model_config
+
+    try:
+        cfg, _ = _model_config(ALIASES.get(model, model))
+    except Exception:  # noqa: BLE001
+        return False
+    text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+    return bool(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts"))
+
+
+def collect(work: Path, todo: list[dict], results: dict[str, dict], *, no_aic: bool = False) -> None:
+    """Evaluate ``todo`` cell by cell (jaxsim import + sweep, and aiconfigurator's estimate unless ``no_aic``),
+    appending each row's result to WORK/rows.jsonl and to ``results``."""
+    done_path = work / "rows.jsonl"
+    cells = defaultdict(list)
+    for r in todo:
+        cells[cell_key(r, is_moe(r["model_path"]))].append(r)
+    t_all = time.perf_counter()
+    with done_path.open("a") as out:
+        for n, (key, cell_rows) in enumerate(sorted(cells.items(), key=lambda kv: str(kv[0]))):
+            t0 = time.perf_counter()
+            try:
+                jx = jaxsim_cell(work, key, cell_rows)
+            except Exception as e:  # noqa: BLE001 - a bug here must not lose the other cells
+                traceback.print_exc()
+                jx = {r["id"]: {"jaxsim": False, "jaxsim_reason": f"coverage script error: {type(e).__name__}: {e}"} for r in cell_rows}
+            for r in cell_rows:
+                res = dict(jx[r["id"]])
+                if not no_aic:
+                    res.update(aic_row(r))
+                out.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
+                out.flush()
+                results[r["id"]] = res
+            ok = sum(jx[r["id"]].get("jaxsim", False) for r in cell_rows)
+            print(f"[{n + 1}/{len(cells)}] {key}: {ok}/{len(cell_rows)} evaluated, {time.perf_counter() - t0:.1f} s "
+                  f"({time.perf_counter() - t_all:.0f} s total)", file=sys.stderr)
 
 
 def main() -> int:
@@ -406,38 +455,7 @@ def main() -> int:
                 results[d["id"]] = d["result"]
     todo = [r for r in rows if r["id"] not in results]
     print(f"{len(rows)} rows ({len(rows) - len(todo)} cached); work folder {args.work}", file=sys.stderr)
-    from jaxsim.importers.op_model import _model_config
-
-    def is_moe(model: str) -> bool:
-        try:
-            cfg, _ = _model_config(ALIASES.get(model, model))
-        except Exception:  # noqa: BLE001
-            return False
-        text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
-        return bool(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts"))
-
-    cells = defaultdict(list)
-    for r in todo:
-        cells[cell_key(r, is_moe(r["model_path"]))].append(r)
-    t_all = time.perf_counter()
-    with done_path.open("a") as out:
-        for n, (key, cell_rows) in enumerate(sorted(cells.items(), key=lambda kv: str(kv[0]))):
-            t0 = time.perf_counter()
-            try:
-                jx = jaxsim_cell(args.work, key, cell_rows)
-            except Exception as e:  # noqa: BLE001 - a bug here must not lose the other cells
-                traceback.print_exc()
-                jx = {r["id"]: {"jaxsim": False, "jaxsim_reason": f"coverage script error: {type(e).__name__}: {e}"} for r in cell_rows}
-            for r in cell_rows:
-                res = dict(jx[r["id"]])
-                if not args.no_aic:
-                    res.update(aic_row(r))
-                out.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
-                out.flush()
-                results[r["id"]] = res
-            ok = sum(jx[r["id"]].get("jaxsim", False) for r in cell_rows)
-            print(f"[{n + 1}/{len(cells)}] {key}: {ok}/{len(cell_rows)} evaluated, {time.perf_counter() - t0:.1f} s "
-                  f"({time.perf_counter() - t_all:.0f} s total)", file=sys.stderr)
+    collect(args.work, todo, results, no_aic=args.no_aic)
     text = report(results, rows)
     print(text)
     if args.report:

@@ -159,11 +159,24 @@ def _add_decoys(rng, t: FuzzTable) -> None:
         if rng.random() < 0.3:
             t.decoys.append(("decode", int(t.decode_batch[i]), 0, int(t.decode_kv[i]), float(t.decode_latency_ms[i]) * 3.0, "fp8", MODEL, "real_kv"))
         if rng.random() < 0.2:
-            t.decoys.append(("decode", int(t.decode_batch[i]), 0, int(t.decode_kv[i]), float(t.decode_latency_ms[i]) * 0.5, "bfloat16", DECOY_MODEL, "real_kv"))
+            t.decoys.append(
+                ("decode", int(t.decode_batch[i]), 0, int(t.decode_kv[i]), float(t.decode_latency_ms[i]) * 0.5, "bfloat16", DECOY_MODEL, "real_kv")
+            )
     for i in range(t.prefill_batch.size):
         if rng.random() < 0.3:
             regime = "real_kv" if t.prefill_kv[i] > 0 else "n/a"
-            t.decoys.append(("prefill", int(t.prefill_batch[i]), int(t.prefill_tokens[i]), int(t.prefill_kv[i]), float(t.prefill_latency_ms[i]) * 2.5, "fp8", MODEL, regime))
+            t.decoys.append(
+                (
+                    "prefill",
+                    int(t.prefill_batch[i]),
+                    int(t.prefill_tokens[i]),
+                    int(t.prefill_kv[i]),
+                    float(t.prefill_latency_ms[i]) * 2.5,
+                    "fp8",
+                    MODEL,
+                    regime,
+                )
+            )
     if not t.speculative and rng.random() < 0.5:
         # fake_fallback rows in the selected identity, at coordinates no genuine row holds
         top = int(t.decode_batch.max())
@@ -179,7 +192,9 @@ def _make_bad(rng, t: FuzzTable) -> None:
     t.bad = str(rng.choice(kinds))
     if t.bad == "zero_token_prefill_row":
         where = "bfloat16" if rng.random() < 0.5 else "fp8"  # refused in any identity
-        t.decoys.append(("prefill", int(t.prefill_batch[0]), 0, 0 if t.prefill_kv[0] else 7, 0.5, where, MODEL, "n/a" if t.prefill_kv[0] else "real_kv"))
+        t.decoys.append(
+            ("prefill", int(t.prefill_batch[0]), 0, 0 if t.prefill_kv[0] else 7, 0.5, where, MODEL, "n/a" if t.prefill_kv[0] else "real_kv")
+        )
     elif t.bad in ("no_prefill_rows", "only_fake_prefill_rows"):
         if t.bad == "only_fake_prefill_rows":
             for b, tok, k, lat in zip(t.prefill_batch, t.prefill_tokens, t.prefill_kv, t.prefill_latency_ms):

@@ -108,21 +108,98 @@ class _Req:
         return self.prompt + self.gen
 
 
+UNHASHED_FIRST = False
+DEDUP_DECODE_KV = False
+RELEASE_REVERSED = True
+
+
+class _Pool:
+    """vLLM's block pool (``vllm/v1/core/block_pool.py``), one block at a time: a free queue (never-used
+    blocks first, in id order; freed blocks appended, a request's blocks tail first), reference counts,
+    and the hash -> block map of cached full blocks. Allocating a free block evicts its hash."""
+
+    def __init__(self, n):
+        self.hash = [None] * n
+        self.ref = [0] * n
+        self.queue = dict.fromkeys(range(n))  # ordered: the front is evicted first
+        self.cached = {}  # block key -> [block ids] (the first serves hits)
+
+    def free_count(self):
+        return len(self.queue)
+
+    def hits(self, keys, limit):
+        """Leading cached blocks of ``keys``, at most ``limit``."""
+        out = []
+        for k in keys[:limit]:
+            if k not in self.cached:
+                break
+            out.append(self.cached[k][0])
+        return out
+
+    def touch(self, blocks):
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.queue[b]
+            self.ref[b] += 1
+
+    def take(self, m):
+        out = []
+        for _ in range(m):
+            b = next((x for x in self.queue if self.hash[x] is None), None) if UNHASHED_FIRST else None
+            if b is None:
+                b = next(iter(self.queue))
+            del self.queue[b]
+            h = self.hash[b]
+            if h is not None:
+                self.cached[h].remove(b)
+                if not self.cached[h]:
+                    del self.cached[h]
+                self.hash[b] = None
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def release(self, blocks):
+        for b in (reversed(blocks) if RELEASE_REVERSED else blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.queue[b] = None
+
+    def register(self, blocks, keys, lo, hi):
+        for j in range(lo, hi):
+            b = blocks[j]
+            if self.hash[b] is None:
+                self.hash[b] = keys[j]
+                self.cached.setdefault(keys[j], []).append(b)
+
+
 def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks,
-                  num_draft_tokens, accept_rates, max_model_len, max_passes=100_000, max_concurrency=0):
+                  num_draft_tokens, accept_rates, max_model_len, max_passes=100_000, max_concurrency=0,
+                  block_keys=None):
     """Replay ``trace`` (sorted by arrival) one request at a time; returns (per-request list, lookups,
     status).
 
     ``max_concurrency`` C > 0: a closed loop, as ``vllm bench serve --max-concurrency C`` (an
     ``asyncio.Semaphore(C)``, FIFO wake-ups): a request is sent once it has arrived and holds a
     slot; each completion hands its slot to the next request in arrival order. Rejected requests
-    hold no slot."""
+    hold no slot.
+
+    ``block_keys`` (prefix caching on): per request, the keys of its prompt's full KV blocks
+    (:func:`jaxsim.replay.prefix_cache.block_keys`); blocks holding generated tokens are never shared.
+    A request admitted with nothing computed first reads its leading cached blocks (at most
+    ``(length - 1) // block_size``: one token is always computed); a block is cached once a pass
+    allocates it full of known prompt tokens, and stays cached after its holders release it until
+    the pool hands it out again (vLLM's free queue: least recently released first)."""
     K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
     rates = np.asarray(accept_rates)[:K]
     assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
     run_len = int(np.cumprod(rates == 1).sum()) + 1 if K else 1
     blocks = lambda n: -(-n // bs)
     reqs = [_Req(i, float(a), int(p), int(o)) for i, (a, p, o) in enumerate(zip(trace.arrival_ms, trace.input_tokens, trace.output_tokens))]
+    pool = _Pool(NB)
+    for r in reqs:
+        r.blocks, r.keys, r.hit = [], list(block_keys[r.i]) if block_keys is not None else [], 0
+        r.first_hit = None
     rejected = {r.i for r in reqs if r.prompt >= max_model_len or blocks(r.prompt) > NB}
     for r in reqs:
         r.out = min(r.out, max_model_len - r.prompt) if r.i not in rejected else r.out
@@ -135,11 +212,21 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             r.sent = r.arrival
     waiting, running, lookups = [], [], []
     now, passes, status = 0.0, 0, "completed"
-    free = lambda: NB - sum(r.alloc for r in running)
+    free = pool.free_count
+
+    def grow(r, tokens):
+        """Blocks for ``tokens`` tokens; full prompt blocks among them are cached."""
+        r.blocks += pool.take(max(blocks(tokens) - len(r.blocks), 0))
+        pool.register(r.blocks, r.keys, 0, min(tokens // bs, len(r.keys)))
+
+    def release(r):
+        pool.release(r.blocks)
+        r.blocks = []
 
     def preempt_tail():
         v = running.pop()
-        v.alloc = v.computed = 0
+        release(v)
+        v.computed = 0
         v.preempt += 1
         v.recomputing = True
         waiting.insert(0, v)
@@ -162,7 +249,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             # a recompute one token short finishes with that token; a decode stops at the context limit
             decode = r.gen > 0 and r.computed == r.length - 1 and not r.recomputing
             n = min(K + 1, max_model_len - r.length, budget) if decode else min(r.length - r.computed, budget)
-            need = max(blocks(r.computed + (1 if decode else n)) - r.alloc, 0)
+            need = max(blocks(r.computed + (1 if decode else n)) - len(r.blocks), 0)
             while need > free() and r in running:
                 preempt_tail()
                 preempted = True
@@ -170,21 +257,31 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                 if idx == 0:  # the head alone cannot fit: it never will
                     return reqs, lookups, "stalled"
                 break
-            r.alloc += need
+            grow(r, r.computed + (1 if decode else n))
             sched[r] = ("d" if decode else "p", n, r.computed)
             budget -= n
             idx += 1
         if not preempted:
             while waiting and len(running) < S:
                 r = waiting[0]
-                n = min(r.length, budget)
-                if blocks(r.length) > free() or n == 0:
+                hit = pool.hits(r.keys, (r.length - 1) // bs) if block_keys is not None else []
+                cached = len(hit) * bs
+                n = min(r.length - cached, budget)
+                # the whole known sequence must fit; cached blocks nobody holds are free but get taken
+                evictable = sum(pool.ref[b] == 0 for b in hit)
+                if blocks(r.length) - len(hit) > free() - evictable or n == 0:
                     break
                 waiting.pop(0)
                 running.append(r)
                 r.admits += 1
-                r.alloc = blocks(n)
-                sched[r] = ("p", n, 0)
+                pool.touch(hit)
+                r.blocks = list(hit)
+                r.hit = cached
+                if r.first_hit is None:
+                    r.first_hit = cached
+                r.computed = cached
+                grow(r, cached + n)
+                sched[r] = ("p", n, cached)
                 budget -= n
         pre = [(r, v) for r, v in sched.items() if v[0] == "p"]
         ptoks = [(min(c + n, r.prompt) - min(c, r.prompt), min(c, r.prompt)) for r, (_, n, c) in pre]
@@ -215,6 +312,12 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             p_ms = _dur(float(lat[0]))
         if dec:
             q = (len(dec), sum(r.length - 1 for r in dec))
+            if DEDUP_DECODE_KV:
+                held = {}
+                for r in dec:
+                    for b in r.blocks[: (r.length - 1) // bs]:
+                        held[b] = held.get(b, 0) + 1
+                q = (q[0], q[1] - bs * sum(c - 1 for c in held.values()))
             lat, code = decode_batch(table, np.array([q[0]]), np.array([q[1]]))
             lookups.append(("decode",) + q)
             if int(code[0]) >= 16:
@@ -234,11 +337,11 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             r.recomputing = False
             r.computed = r.length - 1
             if K:
-                r.alloc = max(r.alloc, blocks(r.length))
+                r.blocks += pool.take(max(blocks(r.length) - len(r.blocks), 0))
         for r in list(running):
             if r.gen >= r.out:
                 running.remove(r)
-                r.alloc = 0
+                release(r)
                 if C and completions + C < len(clients):  # its slot goes to the next client waiting
                     nxt = clients[completions + C]
                     nxt.sent = max(nxt.arrival, end)

@@ -170,11 +170,22 @@ def _requests(ttft, tpot_span, gen, rounds, gap_sq, sent=None):
     first = sent + np.asarray(ttft, float)
     last = first + np.asarray(tpot_span, float)
     return {
-        "arrival_ms": sent.copy(), "sent_ms": sent, "input_tokens": np.full(n, 10), "output_tokens": np.asarray(gen),
-        "generated_tokens": np.asarray(gen), "first_token_ms": first, "last_token_ms": last,
-        "ttft_ms": first - sent, "ttst_ms": np.full(n, np.nan), "tpot_ms": np.where(np.asarray(gen) > 1, (last - first) / np.maximum(np.asarray(gen) - 1, 1), np.nan),
-        "e2e_ms": last - sent, "decode_rounds": np.asarray(rounds), "preemptions": np.zeros(n, int), "admissions": np.ones(n, int),
-        "token_gap_sq_ms2": np.asarray(gap_sq, float), "terminal": np.array(["completed"] * n, dtype=object),
+        "arrival_ms": sent.copy(),
+        "sent_ms": sent,
+        "input_tokens": np.full(n, 10),
+        "output_tokens": np.asarray(gen),
+        "generated_tokens": np.asarray(gen),
+        "first_token_ms": first,
+        "last_token_ms": last,
+        "ttft_ms": first - sent,
+        "ttst_ms": np.full(n, np.nan),
+        "tpot_ms": np.where(np.asarray(gen) > 1, (last - first) / np.maximum(np.asarray(gen) - 1, 1), np.nan),
+        "e2e_ms": last - sent,
+        "decode_rounds": np.asarray(rounds),
+        "preemptions": np.zeros(n, int),
+        "admissions": np.ones(n, int),
+        "token_gap_sq_ms2": np.asarray(gap_sq, float),
+        "terminal": np.array(["completed"] * n, dtype=object),
     }
 
 

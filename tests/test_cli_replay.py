@@ -76,6 +76,27 @@ def test_cli_replays_a_golden_case(golden_setup, tmp_path):
     assert set(tl["kv_pool_blocks"]) == {CASE["engine_settings"]["kv_blocks"]} and set(tl["role"]) == {"aggregated"}
 
 
+def test_library_writes_what_the_cli_writes(golden_setup, tmp_path):
+    """Issue 22: the library writes the replay parquet (jaxsim.replay.write_results); the CLI only calls it. The
+    same deployment and trace through both give equal request tables, summaries and timelines."""
+    from jaxsim.deploy.binding import bind
+    from jaxsim.replay import config_from_binding, load_trace, run_replays, write_results
+    from jaxsim.replay.results import REQUEST_COLUMNS, SUMMARY_METADATA_KEY
+    from jaxsim.rules.config import load_config
+
+    cfg, trace = golden_setup
+    cli_out = tmp_path / "cli.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(cli_out), "--timeline", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    outcomes = run_replays([config_from_binding(bind(load_config(cfg)))], load_trace(str(trace)), [0], timeline=True)
+    lib_out = tmp_path / "lib.parquet"
+    rows = write_results(outcomes, lib_out, tmp_path / "lib.timeline.parquet")
+    cli, lib = pq.read_table(cli_out), pq.read_table(lib_out)
+    assert tuple(lib.column_names) == REQUEST_COLUMNS and cli.to_pydict() == lib.to_pydict()
+    assert json.loads(lib.schema.metadata[SUMMARY_METADATA_KEY]) == rows == json.loads(cli.schema.metadata[SUMMARY_METADATA_KEY])
+    assert pq.read_table(tmp_path / "lib.timeline.parquet").to_pydict() == pq.read_table(tmp_path / "cli.timeline.parquet").to_pydict()
+
+
 def test_cli_closed_loop(golden_setup, tmp_path):
     """--max-concurrency 1: one request in flight; each is sent when the previous one completes (or at
     its arrival), TTFT and E2E count from the send; a bad value is refused before any work."""

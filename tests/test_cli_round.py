@@ -25,9 +25,25 @@ def _golden_queries(table: str, n: int = 60):
     look = json.loads((GOLDENS / "lookups.json").read_text())["tables"][table]
     rows = []
     for q in look["decode"][:n]:
-        rows.append({"workload_kind": "decode", "batch_size": q["batch_size"], "total_prefill_tokens": 0, "total_kv_read_tokens": q["total_kv_read_tokens"], "want": q["result"]})
+        rows.append(
+            {
+                "workload_kind": "decode",
+                "batch_size": q["batch_size"],
+                "total_prefill_tokens": 0,
+                "total_kv_read_tokens": q["total_kv_read_tokens"],
+                "want": q["result"],
+            }
+        )
     for q in look["prefill"][:n]:
-        rows.append({"workload_kind": "prefill", "batch_size": q["batch_size"], "total_prefill_tokens": q["total_prefill_tokens"], "total_kv_read_tokens": q["total_kv_read_tokens"], "want": q["result"]})
+        rows.append(
+            {
+                "workload_kind": "prefill",
+                "batch_size": q["batch_size"],
+                "total_prefill_tokens": q["total_prefill_tokens"],
+                "total_kv_read_tokens": q["total_kv_read_tokens"],
+                "want": q["result"],
+            }
+        )
     return rows
 
 
@@ -126,7 +142,9 @@ def test_round_real_subprocess(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "answered" in proc.stdout
     assert len((tmp_path / "o.csv").read_text().splitlines()) == 21
-    proc = subprocess.run([sys.executable, "-m", "jaxsim", "round", "x", "-q", "y.csv", "-o", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxsim", "round", "x", "-q", "y.csv", "-o", str(tmp_path / "o.csv")], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 

@@ -24,7 +24,9 @@ def test_trace_list_names_every_bundled_trace():
 
 def test_synth_writes_a_plain_trace_with_requested_lengths(tmp_path):
     out = tmp_path / "t.csv"
-    res = runner.invoke(app, ["trace", "synth", "--n", "50", "--rate", "2", "--cv", "0.5", "--isl", "uniform:100:200", "--osl", "fixed:7", "--output", str(out)])
+    res = runner.invoke(
+        app, ["trace", "synth", "--n", "50", "--rate", "2", "--cv", "0.5", "--isl", "uniform:100:200", "--osl", "fixed:7", "--output", str(out)]
+    )
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 50 and rows[0]["arrival_ms"] == "0.0"
@@ -37,7 +39,12 @@ def test_synth_writes_a_plain_trace_with_requested_lengths(tmp_path):
 
 @pytest.mark.parametrize(
     "args, msg",
-    [(["--rate", "0"], "--rate: must be"), (["--cv", "-1"], "--cv: must be"), (["--isl", "weird:1"], "input_len"), (["--output", "t.txt"], ".csv file name")],
+    [
+        (["--rate", "0"], "--rate: must be"),
+        (["--cv", "-1"], "--cv: must be"),
+        (["--isl", "weird:1"], "input_len"),
+        (["--output", "t.txt"], ".csv file name"),
+    ],
 )
 def test_synth_bad_input_one_line(tmp_path, args, msg):
     base = ["trace", "synth", "--output", str(tmp_path / "t.csv")]
@@ -47,7 +54,25 @@ def test_synth_bad_input_one_line(tmp_path, args, msg):
 
 def test_readme_in_support_replay_completes(tmp_path):
     trace = tmp_path / "t.csv"
-    res = runner.invoke(app, ["trace", "synth", "--n", "60", "--rate", "1", "--cv", "0.1", "--isl", "uniform:400:8000", "--osl", "uniform:32:1000", "--output", str(trace)])
+    res = runner.invoke(
+        app,
+        [
+            "trace",
+            "synth",
+            "--n",
+            "60",
+            "--rate",
+            "1",
+            "--cv",
+            "0.1",
+            "--isl",
+            "uniform:400:8000",
+            "--osl",
+            "uniform:32:1000",
+            "--output",
+            str(trace),
+        ],
+    )
     assert res.exit_code == 0, res.output
     out = tmp_path / "replay.parquet"
     res = runner.invoke(app, ["replay", str(ROOT / "configs" / "deployment_llama_h200.toml"), "--trace", str(trace), "--output", str(out)])

@@ -125,10 +125,28 @@ def test_profile_import_files_are_0644_in_a_created_folder(tmp_path):
     """Observed: import output files were mode 0600 (a bare temporary file's mode)."""
     d = ROOT / "tests" / "data" / "fpm_qwen3_32b_tp1_excerpt"
     out = tmp_path / "new" / "my_profile"
-    r = runner.invoke(app, ["import", "fpm-log", str(d / "fpm_metrics_detail.csv"), "--model-card", str(d / "dynamo_model_card_runtime.json"),
-                            "--vllm-metadata", str(d / "vllm_metadata.json"), "--model-revision", "abc", "--system", "b300_sxm", "--architecture", "Qwen3ForCausalLM",
-                            "--kv-bytes-per-token", "262144",
-                            "--output", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "import",
+            "fpm-log",
+            str(d / "fpm_metrics_detail.csv"),
+            "--model-card",
+            str(d / "dynamo_model_card_runtime.json"),
+            "--vllm-metadata",
+            str(d / "vllm_metadata.json"),
+            "--model-revision",
+            "abc",
+            "--system",
+            "b300_sxm",
+            "--architecture",
+            "Qwen3ForCausalLM",
+            "--kv-bytes-per-token",
+            "262144",
+            "--output",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     names = sorted(p.name for p in out.iterdir())
     assert names == [outputs.MARKER, "fpm_forward_perf.metadata.json", "fpm_forward_perf.parquet", "profile.json"]

@@ -99,7 +99,9 @@ def test_speculative_round_is_one_lookup_at_actual_batch():
 
 
 def test_mixed_composition(table):
-    lat, code = rounds.mixed_batch(table, np.array([1, 0, 1, 0]), np.array([512, 0, 512, 0]), np.array([0, 0, 0, 0]), np.array([2, 2, 0, 0]), np.array([2048, 2048, 0, 0]))
+    lat, code = rounds.mixed_batch(
+        table, np.array([1, 0, 1, 0]), np.array([512, 0, 512, 0]), np.array([0, 0, 0, 0]), np.array([2, 2, 0, 0]), np.array([2048, 2048, 0, 0])
+    )
     lp, _ = rounds.prefill_batch(table, np.array([1]), np.array([512]), np.array([0]))
     ld, _ = rounds.decode_batch(table, np.array([2]), np.array([2048]))
     base, _ = rounds.decode_batch(table, np.array([2]), np.array([256]))  # lowest-KV point at batch 2

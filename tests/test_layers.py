@@ -67,3 +67,20 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
 def test_layer_table_names_only_existing_modules():
     mods = set(L.modules())
     assert [k for k in L.LAYERS if k not in mods] == []
+
+
+def test_no_library_function_is_longer_than_100_lines():
+    """Issue 22: long functions read as named steps. Outside the CLI's command registrations (Typer's
+    signatures are long by nature) no function of the package spans more than 100 lines."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1] / "jaxsim"
+    long = []
+    for path in sorted(pkg.rglob("*.py")):
+        if path.parent.name == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 100:
+                long.append(f"{path.relative_to(pkg.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

@@ -227,7 +227,14 @@ def test_large_sweep_is_thinned_but_keeps_the_frontier(tmp_path, monkeypatch):
     read = plots._read_sweep(path, str(path), max_points=500)
     assert 500 <= read[plots.SWEEP_PER_GPU].size <= 500 + 8 + int(front.sum())
     assert read[plots.SWEEP_ON_PARETO].sum() == front.sum()
-    assert set(read) <= {plots.SWEEP_PER_USER, plots.SWEEP_PER_GPU, plots.SWEEP_FEASIBLE, plots.SWEEP_ON_PARETO, plots.SWEEP_WORKLOAD, *plots.SWEEP_LABEL_COLUMNS}
+    assert set(read) <= {
+        plots.SWEEP_PER_USER,
+        plots.SWEEP_PER_GPU,
+        plots.SWEEP_FEASIBLE,
+        plots.SWEEP_ON_PARETO,
+        plots.SWEEP_WORKLOAD,
+        *plots.SWEEP_LABEL_COLUMNS,
+    }
     fig = _drawn_figure(monkeypatch, lambda: plots.plot_pareto(path, tmp_path / "big.png", max_points=500))
     lines = _frontier_lines(fig)  # the recorded on_pareto rows, all of them, drawn per workload
     groups = np.asarray(cols["workload"])

@@ -78,7 +78,9 @@ EXPECTED = {
     "rows-sd-dcp2": "row 0: dcp: speculative-round data requires DCP1",
     "rows-sd-engram": "row 0: execution_profile: speculative-round data requires vLLM pure TP, DP1/PP1/CP1 and text execution",
     "rows-sd-ar-policy": "row 0: execution_profile: speculative-round identity requires the native CUDA measurement policy, and vice versa",
-    "rows-ar-selector-with-sd-policy": "row 0: execution_profile: speculative-round identity requires the native CUDA measurement policy, and vice versa",
+    "rows-ar-selector-with-sd-policy": (
+        "row 0: execution_profile: speculative-round identity requires the native CUDA measurement policy, and vice versa"
+    ),
     "rows-batch-size-double": "column 'batch_size': must be int64, got double",
     "rows-enable-wideep-string": "column 'enable_wideep': must be boolean, got string",
     "rows-empty-attention-backend": "row 0: attention_backend: attention_backend must be a non-empty string",

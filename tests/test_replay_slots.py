@@ -47,9 +47,16 @@ def _params(max_num_seqs: int, budget: int = 8192, k: int = 0, rates=None):
     """On the calibrated Qwen3-32B profile (decode to batch 128, prefill batches 1-32), or with k draft
     tokens on the speculative example deployment's profile."""
     c = _config("deployment_speculative.toml" if k else "deployment_calibrated.toml")
-    return make_params(c.aggregated.params(c.nextn, c.accept_rates, 10).table, max_num_batched_tokens=budget, max_num_seqs=max_num_seqs, block_size=16,
-                       num_gpu_blocks=6000, num_draft_tokens=k, accept_rates=None if rates is None else pad_rates(np.asarray(rates)),
-                       max_model_len=32768)
+    return make_params(
+        c.aggregated.params(c.nextn, c.accept_rates, 10).table,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        block_size=16,
+        num_gpu_blocks=6000,
+        num_draft_tokens=k,
+        accept_rates=None if rates is None else pad_rates(np.asarray(rates)),
+        max_model_len=32768,
+    )
 
 
 def _full(p, trace, slots: int, seed: int = 0, stochastic: bool = False):

@@ -60,10 +60,15 @@ def _cfgs(n: int, rng: np.random.Generator, **fixed) -> ev.ConfigInputs:
         prefill_kv_blocks=np.full(n, 200000), kv_state_blocks=np.zeros(n, np.int64), block_size=np.full(n, 16), max_model_len=np.full(n, 32768),
         kv_bytes_per_token=np.full(n, 131072), kv_transfer_bytes_per_s=np.full(n, 50e9), concurrency=rng.integers(1, 24, n),
         isl=rng.integers(16, 3000, (n, W)), osl=rng.integers(1, 600, (n, W)), weight=rng.choice([0.0, 0.3, 1.0], (n, W)),
+        prompts_per_client=rng.choice([0.0, 1.0, 10.0], n), equal_lengths=rng.choice([False, True], n),
+        overhead_fixed_ms=rng.choice([0.0, 12.0], n), overhead_per_prompt_token_ms=rng.choice([0.0, 0.02], n),
+        overhead_per_output_token_ms=rng.choice([0.0, 0.15], n),
     )
     base["weight"][:, 0] = 1.0
     base.update(fixed)
-    return ev.ConfigInputs(**{k: np.asarray(v, np.float64 if k in ("kv_transfer_bytes_per_s", "weight") else np.int64) for k, v in base.items()})
+    dtype = {"kv_transfer_bytes_per_s": np.float64, "weight": np.float64, "prompts_per_client": np.float64, "equal_lengths": np.bool_,
+             "overhead_fixed_ms": np.float64, "overhead_per_prompt_token_ms": np.float64, "overhead_per_output_token_ms": np.float64}
+    return ev.ConfigInputs(**{k: np.asarray(v, dtype.get(k, np.int64)) for k, v in base.items()})
 
 
 RATES = np.array([[0, 0, 0, 0, 0], [0.8, 0.6, 0.4, 0, 0], [1.0, 0.5, 0, 0, 0], [0.7, 0, 0, 0, 0]], np.float64)
@@ -170,7 +175,8 @@ def test_single_request_matches_direct_kernel_calls(golden):
     quadrature-averaged decode lookup at batch 1, exactly."""
     isl, osl = 600, 200
     cfgs = _cfgs(S, np.random.default_rng(0), concurrency=np.ones(S), isl=np.full((S, W), isl), osl=np.full((S, W), osl),
-                 weight=np.tile([1.0, 0.0], (S, 1)), max_num_batched_tokens=np.full(S, 8192), kv_blocks=np.full(S, 200000))
+                 weight=np.tile([1.0, 0.0], (S, 1)), max_num_batched_tokens=np.full(S, 8192), kv_blocks=np.full(S, 200000),
+                 overhead_fixed_ms=np.zeros(S), overhead_per_prompt_token_ms=np.zeros(S), overhead_per_output_token_ms=np.zeros(S))
     m = _chunk(golden, 0, False, cfgs)
     t = golden.tables[0]
     pre, code = rounds.prefill_latency_ms(t, 1, isl, 0)

@@ -8,19 +8,22 @@ from pathlib import Path
 import typer
 
 from jaxsim import limits
-from jaxsim.cli.common import console, fail, guarded
+from jaxsim.cli.common import console, fail, guarded, paragraphs
 from jaxsim.fields import is_int
 
-CAPACITY_HELP = """KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
+CAPACITY_HELP = paragraphs("""KV capacity of a deployment config: pool bytes, tokens, blocks, blocks per request and max concurrency, per role.
 
-The recorded runtime pool is used as recorded: tokens = floor(kv_cache_bytes / kv_bytes_per_token), blocks = floor(tokens / block_size). A request needs ceil((ISL + OSL [+ K + 1 when speculating]) / block_size) blocks; max concurrency per rank = min(max_num_seqs, blocks / per-request blocks), multiplied by dp x replicas per role. Without --isl/--osl one request spans the context length.
+The recorded runtime pool is used as recorded: tokens = floor(kv_cache_bytes / kv_bytes_per_token), blocks =
+floor(tokens / block_size). A request needs ceil((ISL + OSL [+ K + 1 when speculating]) / block_size) blocks; max
+concurrency per rank = min(max_num_seqs, blocks / per-request blocks), multiplied by dp x replicas per role. Without
+--isl/--osl one request spans the context length.
 
 Examples:
 
   jaxsim capacity configs/deployment_aggregated.toml --isl 4096 --osl 512
 
   jaxsim capacity configs/deployment_speculative.toml --json
-"""
+""")
 
 
 def capacity_report(path: Path, isl: int | None, osl: int | None) -> dict:

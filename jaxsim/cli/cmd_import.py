@@ -101,7 +101,9 @@ def register(app: typer.Typer) -> None:
         kv_bytes_per_token: int | None = typer.Option(None, "--kv-bytes-per-token", help="Rank-local KV bytes per token."),
         gemm_quant_mode: str | None = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: metadata)."),
         kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="KV cache dtype (default: metadata)."),
-        fmha_quant_mode: str | None = typer.Option(None, "--fmha-quant-mode", help="Attention precision (default: from the KV cache dtype / model dtype)."),
+        fmha_quant_mode: str | None = typer.Option(
+            None, "--fmha-quant-mode", help="Attention precision (default: from the KV cache dtype / model dtype)."
+        ),
         comm_quant_mode: str | None = typer.Option(None, "--comm-quant-mode", help="Collective precision (default: half)."),
         gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", help="Recorded vLLM setting."),
         max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", help="Serving token budget."),
@@ -109,9 +111,18 @@ def register(app: typer.Typer) -> None:
         context_length: int | None = typer.Option(None, "--context-length", help="Profile context length (default: model card / metadata)."),
         max_model_len: int | None = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: metadata / model card)."),
         num_experts: int | None = typer.Option(None, "--num-experts", help="Routed experts (default: HF config, else 0 = dense)."),
-        kv_cache_tokens: int | None = typer.Option(None, "--kv-cache-tokens", help="Runtime KV pool in tokens (default: model card blocks x block size)."),
+        kv_cache_tokens: int | None = typer.Option(
+            None, "--kv-cache-tokens", help="Runtime KV pool in tokens (default: model card blocks x block size)."
+        ),
         kv_bin_tokens: int = typer.Option(512, "--kv-bin-tokens", help="Decode total-KV bin width (tokens, even)."),
-        widen_kv_pool: bool = typer.Option(False, "--widen-kv-pool", help="When the log's passes hold more KV at once than the recorded pool, widen the pool to that maximum (said in the provenance) instead of refusing."),
+        widen_kv_pool: bool = typer.Option(
+            False,
+            "--widen-kv-pool",
+            help=(
+                "When the log's passes hold more KV at once than the recorded pool, widen the pool to that maximum (said in the "
+                "provenance) instead of refusing."
+            ),
+        ),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     ) -> None:
@@ -191,14 +202,20 @@ def register(app: typer.Typer) -> None:
         model: str | None = typer.Argument(None, help="Model id, e.g. Qwen/Qwen3-32B (see --list-models)."),
         system: str | None = typer.Option(None, "--system", help="GPU, e.g. h200_sxm (see --list-systems)."),
         tp: str | None = typer.Option(None, "--tp", help="Comma-separated tensor-parallel sizes, e.g. 1,2,4,8 (default 1 without --layout)."),
-        layout: str | None = typer.Option(None, "--layout", help="Comma-separated parallel layouts tpN[:epN][:moetpN], e.g. tp4:ep4,tp8:ep8 (MoE expert parallel)."),
+        layout: str | None = typer.Option(
+            None, "--layout", help="Comma-separated parallel layouts tpN[:epN][:moetpN], e.g. tp4:ep4,tp8:ep8 (MoE expert parallel)."
+        ),
         output: Path | None = typer.Option(None, "--output", "-o", help="Profile directory to write."),
         backend_version: str | None = typer.Option(None, "--backend-version", help="Op-model vLLM database version (default: its current one)."),
         kv_cache_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="bfloat16, fp8 or int8 (default: the model's)."),
         gemm_quant_mode: str | None = typer.Option(None, "--gemm-quant-mode", help="GEMM precision (default: the checkpoint's)."),
-        moe_quant_mode: str | None = typer.Option(None, "--moe-quant-mode", help="MoE expert precision, e.g. fp8, nvfp4, w4a16_mxfp4 (default: the checkpoint's)."),
+        moe_quant_mode: str | None = typer.Option(
+            None, "--moe-quant-mode", help="MoE expert precision, e.g. fp8, nvfp4, w4a16_mxfp4 (default: the checkpoint's)."
+        ),
         gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="vLLM memory fraction for the KV pool."),
-        max_num_seqs: int = typer.Option(256, "--max-num-seqs", help="Serving max sequences (decode batch grid bound; at most 1,024, docs/limits.md)."),
+        max_num_seqs: int = typer.Option(
+            256, "--max-num-seqs", help="Serving max sequences (decode batch grid bound; at most 1,024, docs/limits.md)."
+        ),
         max_num_batched_tokens: int = typer.Option(8192, "--max-num-batched-tokens", help="Serving token budget (prefill token bound)."),
         max_prefill_batch: int = typer.Option(16, "--max-prefill-batch", help="Prefill rows for batches 1..this."),
         max_model_len: int | None = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: the model's context length)."),

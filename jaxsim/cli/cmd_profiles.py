@@ -225,9 +225,16 @@ def register(app: typer.Typer) -> None:
         for col in ("system", "memory GiB", "HBM TB/s", "BF16 TFLOPS", "FP8 TFLOPS", "GPUs/node", "intra-node GB/s", "source"):
             t.add_column(col, justify="left" if col in ("system", "source") else "right", no_wrap=col == "system")
         for s in items:
-            t.add_row(s["system"], f"{s['gpu_memory_bytes'] / 2**30:,.0f}", f"{s['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
-                      f"{s['bfloat16_tc_flops'] / 1e12:,.0f}", f"{s['fp8_tc_flops'] / 1e12:,.0f}" if s["fp8_tc_flops"] else "-", str(s["gpus_per_node"]),
-                      f"{s['intra_node_bytes_per_s'] / 1e9:,.0f}", s["source"])
+            t.add_row(
+                s["system"],
+                f"{s['gpu_memory_bytes'] / 2**30:,.0f}",
+                f"{s['memory_bandwidth_bytes_per_s'] / 1e12:.2f}",
+                f"{s['bfloat16_tc_flops'] / 1e12:,.0f}",
+                f"{s['fp8_tc_flops'] / 1e12:,.0f}" if s["fp8_tc_flops"] else "-",
+                str(s["gpus_per_node"]),
+                f"{s['intra_node_bytes_per_s'] / 1e9:,.0f}",
+                s["source"],
+            )
         console().print(t)
         console().print("Licences and attribution: jaxsim/data/systems/README.md")
 

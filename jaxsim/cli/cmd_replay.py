@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import time
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from jaxsim import limits
 from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
-from jaxsim.outputs import atomic_file
 from jaxsim.sla import Goodput
 
 EXIT_INCOMPLETE = 3
@@ -42,122 +39,16 @@ Examples:
 Bundled traces: azure_code_1k, azure_conv_1k, mooncake_conversation_1k, mooncake_tiny.
 """
 
-_COLUMNS = (
-    "config", "seed", "request", "row", "arrival_ms", "sent_ms", "input_tokens", "output_tokens", "generated_tokens",
-    "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "decode_rounds",
-    "preemptions", "admissions", "terminal", "reason", "status", "data_source",
-)
-_SUMMARY_KEYS = (
-    "completed_requests", "rejected_requests", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
-    "mean_e2e_ms", "p99_e2e_ms", "output_throughput_tok_s", "request_throughput_rps", "preemptions",
-)
-
-
 def configs_from_sweep(spec_path: Path):
-    """One :class:`~jaxsim.replay.deployment.ReplayConfig` per valid binding of a sweep spec (its concurrency
-    and workload axes are not used: the trace is the workload)."""
-    from jaxsim.sweep.replayed import binding_config
+    """One replay configuration per valid binding of a sweep spec (:func:`~jaxsim.sweep.replayed.sweep_configs`)."""
+    from jaxsim.sweep.replayed import sweep_configs
     from jaxsim.sweep.spec import load_spec, plan_sweep
 
     plan = plan_sweep(load_spec(spec_path))
-    labels = plan.labels
-    out = []
-    for b in range(plan.num_bindings):
-        row = plan.bindings.row(b)
-        mode = labels["mode"][row.mode]
-        name = (
-            f"{labels['profile'][row.profile]} tp={row.tp} {mode}"
-            + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
-            + f" nextn={row.nextn} {labels['acceptance'][row.acceptance]} seqs={row.max_num_seqs}"
-            + f" tokens={row.max_num_batched_tokens}"
-        )
-        out.append(binding_config(plan, b, name))
+    out = sweep_configs(plan)
     if not out:
         fail(f"{spec_path}: no valid binding to replay ({len(plan.invalid)} rule(s) refused every one)")
     return out
-
-
-def _table(outcomes):
-    import numpy as np
-    import pyarrow as pa
-
-    cols: dict[str, list] = {c: [] for c in _COLUMNS}
-    for o in outcomes:
-        r = o.requests
-        n = len(r["request"])
-        cols["config"].append(np.full(n, o.config.name, dtype=object))
-        cols["seed"].append(np.full(n, o.seed, np.int64))
-        cols["status"].append(np.full(n, replay_status(o), dtype=object))
-        reasons = o.config.rejection_reasons(r["input_tokens"])
-        cols["reason"].append(np.where(r["terminal"] == "rejected", reasons, "").astype(object))
-        cols["data_source"].append(np.full(n, o.config.data_source, dtype=object))
-        for c in _COLUMNS:
-            if c not in ("config", "seed", "status", "reason", "data_source"):
-                cols[c].append(r[c])
-    return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
-
-
-def replay_status(o) -> str:
-    """A replay's status as reported: the engine's (``completed``, or where and why it stopped), and for a
-    replay that ran to its end but rejected requests, ``rejected: N of M requests`` (an incomplete replay)."""
-    rejected = int(np.sum(o.requests["terminal"] == "rejected"))
-    if o.status_text == "completed" and rejected:
-        return f"rejected: {rejected} of {len(o.requests['terminal'])} requests"
-    return o.status_text
-
-
-def _summaries(outcomes) -> list[dict]:
-    out = []
-    for o in outcomes:
-        s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
-        out.append({"config": o.config.name, "mode": o.config.mode, "data_source": o.config.data_source, "seed": o.seed,
-                    "status": replay_status(o),
-                    "stopped_at": o.failure or None, **s})
-    return out
-
-
-def _write(table, path: Path, summaries: list[dict]) -> None:
-    import pyarrow.parquet as pq
-
-    meta = dict(table.schema.metadata or {})
-    meta[b"jaxsim.replay.summary"] = json.dumps(summaries).encode()
-    table = table.replace_schema_metadata(meta)
-    with atomic_file(path) as f:
-        pq.write_table(table, f, compression="zstd")
-
-
-def _timeline_table(outcomes):
-    import numpy as np
-    import pyarrow as pa
-
-    parts = []
-    for o in outcomes:
-        roles = ("aggregated",) if o.config.mode == "aggregated" else ("prefill", "decode")
-        workers = [(role, pool) for role, pool in zip(roles, o.config.pools) for _ in range(pool.replicas)]  # timeline order
-        for w, tl in enumerate(o.timeline or []):
-            n = len(tl["pass"])
-            role, pool = workers[w] if w < len(workers) else ("", None)
-            cols = {"config": np.full(n, o.config.name, dtype=object), "data_source": np.full(n, o.config.data_source, dtype=object),
-                    "seed": np.full(n, o.seed, np.int64),
-                    "worker": np.full(n, w, np.int64), "role": np.full(n, role, dtype=object),
-                    "kv_pool_blocks": np.full(n, pool.num_gpu_blocks if pool is not None else 0, np.int64), **tl}
-            parts.append(pa.table(cols))
-    return pa.concat_tables(parts) if parts else pa.table({"config": []})
-
-
-def rejection_lines(outcomes, show: int = 5) -> list[str]:
-    """One line per configuration with rejected requests: how many, and the first few by trace row with the reason."""
-    lines = []
-    for o in outcomes:
-        rej = o.requests["terminal"] == "rejected"
-        if o.seed != outcomes[0].seed or not rej.any():
-            continue
-        reasons = o.config.rejection_reasons(o.requests["input_tokens"])
-        idx = np.flatnonzero(rej)
-        named = "; ".join(f"row {int(o.requests['row'][i]) + 1}: {reasons[i] or 'rejected'}" for i in idx[:show])
-        more = f"; and {idx.size - show} more (column 'reason')" if idx.size > show else ""
-        lines.append(f"{o.config.name}: {idx.size} request(s) rejected: {named}{more}")
-    return lines
 
 
 def _timings(t: dict, t_results: float, t_start: float) -> dict:
@@ -217,7 +108,12 @@ def register(app: typer.Typer) -> None:
     @guarded
     def replay_cmd(
         config: Path | None = typer.Argument(None, help="Deployment config (TOML); omit with --sweep."),
-        trace: str | None = typer.Option(None, "--trace", "-t", help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name; with --load, only its lengths are used."),
+        trace: str | None = typer.Option(
+            None,
+            "--trace",
+            "-t",
+            help="Trace file (Azure CSV, Mooncake JSONL, plain CSV/JSONL) or a bundled trace name; with --load, only its lengths are used.",
+        ),
         output: Path = typer.Option(..., "--output", "-o", help="Per-request results (parquet)."),
         sweep: Path | None = typer.Option(None, "--sweep", help="Sweep spec (TOML): replay every valid binding of it."),
         force: bool = typer.Option(False, "--force", help="Overwrite existing output files."),
@@ -227,19 +123,43 @@ def register(app: typer.Typer) -> None:
         trace_format: str | None = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: int | None = typer.Option(None, "--max-requests", help="Keep the first N requests."),
-        load: str | None = typer.Option(None, "--load", help="A benchmark load instead of the trace's arrivals (docs/benchmark-loads.md): closed:C[:N] (C clients, N prompts, default 10 x C, all C sent at t = 0, the next when one completes; vllm bench serve --max-concurrency C), poisson:RATE[:N] or gamma:RATE:N:BURSTINESS (open loop, requests/s, default N 1000). Lengths: --isl/--osl/--range-ratio, or --trace's requests in order."),
+        load: str | None = typer.Option(
+            None,
+            "--load",
+            help=(
+                "A benchmark load instead of the trace's arrivals (docs/benchmark-loads.md): closed:C[:N] (C clients, N prompts, default "
+                "10 x C, all C sent at t = 0, the next when one completes; vllm bench serve --max-concurrency C), poisson:RATE[:N] or "
+                "gamma:RATE:N:BURSTINESS (open loop, requests/s, default N 1000). Lengths: --isl/--osl/--range-ratio, or --trace's "
+                "requests in order."
+            ),
+        ),
         isl: int | None = typer.Option(None, "--isl", help="--load: input tokens per request (default 1024, vllm bench serve's)."),
         osl: int | None = typer.Option(None, "--osl", help="--load: output tokens per request (default 128, vllm bench serve's)."),
-        range_ratio: float = typer.Option(0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."),
+        range_ratio: float = typer.Option(
+            0.0, "--range-ratio", help="--load: draw lengths around --isl/--osl, in [0, 1) (vllm: U[L(1-r), L(1+r)]; inferencex: U[rL, L])."
+        ),
         length_rule: str = typer.Option("vllm", "--length-rule", help="--load: whose random lengths: vllm or inferencex."),
-        arrival_rule: str = typer.Option("vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."),
-        max_concurrency: int = typer.Option(0, "--max-concurrency", help="Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."),
+        arrival_rule: str = typer.Option(
+            "vllm", "--arrival-rule", help="--load open loop: whose arrivals: vllm (rescaled to N/RATE) or inferencex (first at 0, no rescaling)."
+        ),
+        max_concurrency: int = typer.Option(
+            0,
+            "--max-concurrency",
+            help=(
+                "Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has "
+                "arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."
+            ),
+        ),
         sla_ttft_ms: float | None = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: float | None = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: float | None = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
         as_json: bool = typer.Option(False, "--json", help="Print the summaries as JSON instead of a table."),
         progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress on stderr: a bar on a terminal, else a line every 10 s."),
-        allow_incomplete: bool = typer.Option(False, "--allow-incomplete", help="Exit 0 even when a replay stopped outside support, rejected requests or completed nothing (default: exit 3)."),
+        allow_incomplete: bool = typer.Option(
+            False,
+            "--allow-incomplete",
+            help="Exit 0 even when a replay stopped outside support, rejected requests or completed nothing (default: exit 3).",
+        ),
     ) -> None:
         t_start = time.perf_counter()
         from jaxsim.replay.deployment import config_from_binding
@@ -305,13 +225,9 @@ def register(app: typer.Typer) -> None:
         else:
             outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, timings=timings)
         t_results = time.perf_counter()
-        summaries = _summaries(outcomes)
-        _write(_table(outcomes), output, summaries)
-        if timeline:
-            import pyarrow.parquet as pq
+        from jaxsim.replay.results import rejection_lines, write_results
 
-            with atomic_file(tl_path) as f:
-                pq.write_table(_timeline_table(outcomes), f, compression="zstd")
+        summaries = write_results(outcomes, output, tl_path if timeline else None)
         timings = _timings(timings, t_results, t_start)
         if as_json:
             typer.echo(json.dumps({"trace": tr.name, "load": bench.describe() if bench is not None else None, "requests": len(tr),

@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
         rate: float | None = typer.Option(None, "--rate", help="Target load in requests/s."),
         tokens_per_s: float | None = typer.Option(None, "--tokens-per-s", help="Target load in output tokens/s (instead of --rate)."),
         workload: str | None = typer.Option(None, "--workload", help="The workload to size for (needed when the sweep has several)."),
-        price: list[str] | None = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable); replaces the results' price."),
+        price: list[str] | None = typer.Option(
+            None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable); replaces the results' price."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the options and the answer as JSON."),
     ) -> None:
         from jaxsim.cost import parse_price_option
@@ -79,15 +81,34 @@ def _print_options(options, load: str, sla: str) -> None:
         t.add_column(c, justify="left" if c in ("profile", "GPU", "mode") else "right")
     for o in options:
         o: FleetOption
-        t.add_row(o.profile, o.gpu, str(o.tp), o.mode, str(o.nextn), str(o.concurrency), f"{o.unit_request_rate_per_s:,.2f}", str(o.units),
-                  str(o.gpus), f"{o.tokens_per_s_per_user:,.1f}", _money(o.usd_per_gpu_hour), _money(o.usd_per_hour), _money(o.usd_per_1m_output_tokens))
+        t.add_row(
+            o.profile,
+            o.gpu,
+            str(o.tp),
+            o.mode,
+            str(o.nextn),
+            str(o.concurrency),
+            f"{o.unit_request_rate_per_s:,.2f}",
+            str(o.units),
+            str(o.gpus),
+            f"{o.tokens_per_s_per_user:,.1f}",
+            _money(o.usd_per_gpu_hour),
+            _money(o.usd_per_hour),
+            _money(o.usd_per_1m_output_tokens),
+        )
     con.print(t)
     if not options:
         return
     best = options[0]
-    cost = (f", {_money(best.usd_per_1m_output_tokens)} per 1M output tokens ({_money(best.usd_per_hour)} per hour)"
-            if math.isfinite(best.usd_per_hour) else f" (no price for {best.system}: give --price {best.system}=USD)")
-    typer.echo(f"for {load} at {sla}: {best.answer()} ({best.units} serving unit{'s' if best.units > 1 else ''} of {best.unit_gpus} GPU{'s' if best.unit_gpus > 1 else ''}, "
-              f"{best.mode}{f', K={best.nextn}' if best.nextn else ''}, concurrency {best.concurrency} per worker){cost}")
+    cost = (
+        f", {_money(best.usd_per_1m_output_tokens)} per 1M output tokens ({_money(best.usd_per_hour)} per hour)"
+        if math.isfinite(best.usd_per_hour)
+        else f" (no price for {best.system}: give --price {best.system}=USD)"
+    )
+    typer.echo(
+        f"for {load} at {sla}: {best.answer()} ({best.units} serving unit{'s' if best.units > 1 else ''} of {best.unit_gpus} "
+        f"GPU{'s' if best.unit_gpus > 1 else ''}, "
+        f"{best.mode}{f', K={best.nextn}' if best.nextn else ''}, concurrency {best.concurrency} per worker){cost}"
+    )
     if best.data_source != "measured":
         typer.echo(f"note: {best.profile}'s numbers are {best.data_source}, not measured (docs/data-provenance.md)")

@@ -10,17 +10,30 @@ from pathlib import Path
 
 import typer
 
-from jaxsim.cli.common import console, fail, guarded, refuse_overwrite, stderr_is_tty
+from jaxsim.cli.common import console, fail, guarded, paragraphs, refuse_overwrite, stderr_is_tty
 
 EVALUATE = ("steady", "replay")  # jaxsim.sweep.spec.EVALUATE (not imported here: the CLI starts without JAX)
 EXIT_UNVERIFIED = 3
 
-SWEEP_HELP = """Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
+SWEEP_HELP = paragraphs("""Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler
+x concurrency x workload) with the steady-state model, stream the results to parquet, and print the best deployments
+under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/s per user.
 
-With --evaluate replay (or evaluate = "replay" in the spec) every point is instead replayed under its benchmark load ([benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench serve), thousands of replays per compiled call; the method column says which evaluation produced each row (docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay differs.
-Every row carries its cost (bundled GPU list prices, or [cost] in the spec, or --price) and its deployment's goodput (the largest SLA-feasible request rate over the swept concurrencies); the report adds the best configuration per profile and TP and, for speculative what-ifs, where speculation stops paying. jaxsim size turns the results into GPUs and dollars for a target load.
+With --evaluate replay (or evaluate = "replay" in the spec) every point is instead replayed under its benchmark load
+(\\[benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench
+serve), thousands of replays per compiled call; the method column says which evaluation produced each row
+(docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay
+differs.
 
-Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless --force. The model and the spec format: docs/sweep.md.
+Every row carries its cost (bundled GPU list prices, or \\[cost] in the spec, or --price) and its deployment's goodput
+(the largest SLA-feasible request rate over the swept concurrencies); the report adds the best configuration per profile
+and TP and, for speculative what-ifs, where speculation stops paying. jaxsim size turns the results into GPUs and
+dollars for a target load.
+
+Invalid combinations are validated before any compilation and reported with their reasons (--strict refuses the run
+instead). Points outside measured support are kept with their status, never extrapolated. A killed run resumes from its
+finished chunks (kept in OUTPUT.work/) and gives a byte-identical result. Results never overwrite existing files unless
+--force. The model and the spec format: docs/sweep.md.
 
 Exit codes: 0 done; 2 bad input (nothing written); 3 --verify-top verified no row (results written; --allow-unverified exits 0).
 
@@ -35,7 +48,7 @@ Examples:
   jaxsim sweep configs/quickstart.toml -o qs.parquet --csv --top 20 --plot pareto.png
 
   jaxsim sweep configs/sweep_large.toml --chunk-size 262144 --json > summary.json
-"""
+""")
 
 
 def _fmt(v, digits: int = 1) -> str:
@@ -317,11 +330,23 @@ def _json(res, plot: Path | None, verified=None, vpath: Path | None = None) -> s
 
     out = dict(res.summary)
     out.update(
-        output=str(res.output), csv=str(res.csv) if res.csv else None, plot=str(plot) if plot else None,
-        plan_s=res.plan_s, compile_s=res.compile_s, eval_s=res.eval_s, finalize_s=res.finalize_s, wall_s=res.wall_s, configs_per_s=res.configs_per_s if res.eval_s else None,
-        devices=res.num_devices, chunks_run=res.chunks_run, chunks_reused=res.chunks_reused, replay_timings=res.replay_timings or None,
-        top=clean(_rows(res.top)), pareto=clean(_rows(res.pareto)),
-        best_per_profile_tp=clean(res.best), speculation=[v.to_dict() for v in res.speculation],
+        output=str(res.output),
+        csv=str(res.csv) if res.csv else None,
+        plot=str(plot) if plot else None,
+        plan_s=res.plan_s,
+        compile_s=res.compile_s,
+        eval_s=res.eval_s,
+        finalize_s=res.finalize_s,
+        wall_s=res.wall_s,
+        configs_per_s=res.configs_per_s if res.eval_s else None,
+        devices=res.num_devices,
+        chunks_run=res.chunks_run,
+        chunks_reused=res.chunks_reused,
+        replay_timings=res.replay_timings or None,
+        top=clean(_rows(res.top)),
+        pareto=clean(_rows(res.pareto)),
+        best_per_profile_tp=clean(res.best),
+        speculation=[v.to_dict() for v in res.speculation],
     )
     if verified is not None:
         out.update(verified=clean(verified.to_pylist()), verified_output=str(vpath))
@@ -335,7 +360,12 @@ def register(app: typer.Typer) -> None:
     @guarded
     def sweep(
         spec: Path = typer.Argument(..., help="Sweep spec (TOML), e.g. configs/quickstart.toml.", exists=False),
-        output: Path | None = typer.Option(None, "--output", "-o", help="Results parquet [default: <spec name>.results.parquet in the working directory; an existing file is refused without --force]."),
+        output: Path | None = typer.Option(
+            None,
+            "--output",
+            "-o",
+            help="Results parquet [default: <spec name>.results.parquet in the working directory; an existing file is refused without --force].",
+        ),
         csv: bool = typer.Option(False, "--csv", help="Also write the results as CSV next to the parquet file."),
         top: int = typer.Option(5, "--top", help="Rows per workload in the top table (SLA-feasible, by tokens/s per GPU)."),
         plot: Path | None = typer.Option(None, "--plot", help="Write the Pareto plot (PNG; needs matplotlib)."),
@@ -344,22 +374,59 @@ def register(app: typer.Typer) -> None:
         chunk_size: int = typer.Option(65536, "--chunk-size", help="Configs per compiled chunk (memory is bounded by it)."),
         as_json: bool = typer.Option(False, "--json", help="Print a JSON summary (counts, top rows, frontier) instead of tables."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress (a bar on a terminal, else a line on stderr every 10 s)."),
-        all_tables: bool = typer.Option(False, "--all-tables", help="Print the top and Pareto tables of every workload (by default, "
-                                        f"more than {MAX_WORKLOAD_TABLES} workloads get one best-per-workload table instead)."),
+        all_tables: bool = typer.Option(
+            False,
+            "--all-tables",
+            help="Print the top and Pareto tables of every workload (by default, "
+            f"more than {MAX_WORKLOAD_TABLES} workloads get one best-per-workload table instead).",
+        ),
         distributed: bool = typer.Option(
-            False, "--distributed", help="Multi-host: jax.distributed.initialize() (cluster auto-detection, or the three options below); "
+            False,
+            "--distributed",
+            help="Multi-host: jax.distributed.initialize() (cluster auto-detection, or the three options below); "
             "each process evaluates its share of the chunks into OUTPUT.work/ on a shared filesystem and process 0 merges.",
         ),
         coordinator: str | None = typer.Option(None, "--coordinator", help="Multi-host: coordinator address HOST:PORT (process 0's host)."),
         num_processes: int | None = typer.Option(None, "--num-processes", help="Multi-host: number of processes."),
         process_id: int | None = typer.Option(None, "--process-id", help="Multi-host: this process's index (0 merges)."),
-        evaluate: str | None = typer.Option(None, "--evaluate", help="How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the spec's evaluate, else steady]."),
-        verify_top: int | None = typer.Option(None, "--verify-top", help="Replay the best N rows per workload, each at its own load (aggregated: the benchmark at its concurrency per worker x its replicas; disaggregated: an open loop at its request rate), in one batched replay; compare the replayed statistics with the row's and apply the SLA; writes OUTPUT with suffix .verified.parquet."),
-        trace: str | None = typer.Option(None, "--trace", help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own."),
-        verify_tolerance: float = typer.Option(0.2, "--verify-tolerance", help="--verify-top: the largest relative deviation (replay - row) / row of a compared statistic for a verified row (mean TTFT/TPOT/E2E, tok/s/GPU, the SLA's percentiles)."),
+        evaluate: str | None = typer.Option(
+            None,
+            "--evaluate",
+            help=(
+                "How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each "
+                "point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the "
+                "spec's evaluate, else steady]."
+            ),
+        ),
+        verify_top: int | None = typer.Option(
+            None,
+            "--verify-top",
+            help=(
+                "Replay the best N rows per workload, each at its own load (aggregated: the benchmark at its concurrency per worker x its "
+                "replicas; disaggregated: an open loop at its request rate), in one batched replay; compare the replayed statistics with "
+                "the row's and apply the SLA; writes OUTPUT with suffix .verified.parquet."
+            ),
+        ),
+        trace: str | None = typer.Option(
+            None,
+            "--trace",
+            help="--verify-top: take the requests' lengths from this trace (in order) instead of the row's workload; the load stays the row's own.",
+        ),
+        verify_tolerance: float = typer.Option(
+            0.2,
+            "--verify-tolerance",
+            help=(
+                "--verify-top: the largest relative deviation (replay - row) / row of a compared statistic for a verified row (mean "
+                "TTFT/TPOT/E2E, tok/s/GPU, the SLA's percentiles)."
+            ),
+        ),
         allow_unverified: bool = typer.Option(False, "--allow-unverified", help="--verify-top: exit 0 even when no row verifies (default: exit 3)."),
-        price: list[str] | None = typer.Option(None, "--price", help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable): replaces the "
-                                                  "spec's [cost] and the bundled list price of that system (jaxsim/data/prices/README.md)."),
+        price: list[str] | None = typer.Option(
+            None,
+            "--price",
+            help="SYSTEM=USD per GPU-hour, e.g. b200_sxm=4.5 (repeatable): replaces the "
+            "spec's [cost] and the bundled list price of that system (jaxsim/data/prices/README.md).",
+        ),
     ) -> None:
         from jaxsim import limits
         from jaxsim.sweep import load_spec, run_sweep

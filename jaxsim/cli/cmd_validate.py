@@ -7,18 +7,19 @@ from pathlib import Path
 
 import typer
 
-from jaxsim.cli.common import EXIT_INVALID
+from jaxsim.cli.common import EXIT_INVALID, paragraphs
 
-VALIDATE_HELP = """Validate deployment configs (TOML) against their measured profiles; nothing is compiled.
+VALIDATE_HELP = paragraphs("""Validate deployment configs (TOML) against their measured profiles; nothing is compiled.
 
-Every problem is printed on its own line, prefixed by the config file and the rule it breaks (for example sd-nextn, estimator-policy, scheduler-envelope). Exit code 0 when every config is valid, 2 otherwise.
+Every problem is printed on its own line, prefixed by the config file and the rule it breaks (for example sd-nextn,
+estimator-policy, scheduler-envelope). Exit code 0 when every config is valid, 2 otherwise.
 
 Examples:
 
   jaxsim validate configs/deployment_aggregated.toml
 
   jaxsim validate configs/*.toml --json
-"""
+""")
 
 
 def check_configs(paths: list[Path]) -> list[tuple[Path, list[str], object]]:

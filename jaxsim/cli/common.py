@@ -19,6 +19,19 @@ EXIT_INTERNAL = 70
 """An internal error, a bug (``EX_SOFTWARE`` of sysexits.h): one line saying so."""
 
 
+def paragraphs(text: str) -> str:
+    """A help text written in source-width lines, as the terminal should wrap it: the lines of each paragraph
+    joined by spaces (blank lines separate paragraphs; indented lines, such as examples, stay as they are)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        joinable = line and not line[0].isspace()
+        if joinable and out and out[-1] and not out[-1][0].isspace():
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def fail(message: str) -> typer.Exit:
     """Print a one-line error to stderr and exit 2."""
     typer.echo(f"error: {' '.join(str(message).split())}", err=True)

@@ -25,7 +25,19 @@ app = typer.Typer(
 )
 
 # Each command module exposes ``register(app)``; one module per command group.
-COMMAND_MODULES = ("cmd_round", "cmd_profiles", "cmd_import", "cmd_validate", "cmd_capacity", "cmd_sweep", "cmd_size", "cmd_replay", "cmd_trace", "cmd_plot", "cmd_calibrate")
+COMMAND_MODULES = (
+    "cmd_round",
+    "cmd_profiles",
+    "cmd_import",
+    "cmd_validate",
+    "cmd_capacity",
+    "cmd_sweep",
+    "cmd_size",
+    "cmd_replay",
+    "cmd_trace",
+    "cmd_plot",
+    "cmd_calibrate",
+)
 NO_JAX_COMMANDS = ("profiles", "validate", "size")
 """Commands that never start JAX: a broken JAX_PLATFORMS / XLA_FLAGS does not concern them."""
 

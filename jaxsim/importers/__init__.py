@@ -8,6 +8,22 @@ derives speculative rounds through the compiled kernels (the one oracle for ever
 
 from jaxsim._lazy import lazy_api
 
-__getattr__, __all__ = lazy_api("jaxsim.importers", {
-    **dict.fromkeys(("BinningConfig", "FpmImport", "FpmLog", "ImportSummary", "LogIdentity", "import_fpm_log", "read_fpm_log", "resolve_identity", "write_import"), "fpm_log"),
-})
+__getattr__, __all__ = lazy_api(
+    "jaxsim.importers",
+    {
+        **dict.fromkeys(
+            (
+                "BinningConfig",
+                "FpmImport",
+                "FpmLog",
+                "ImportSummary",
+                "LogIdentity",
+                "import_fpm_log",
+                "read_fpm_log",
+                "resolve_identity",
+                "write_import",
+            ),
+            "fpm_log",
+        ),
+    },
+)

@@ -660,7 +660,9 @@ def _pick_precisions(p: _Picks, src: _IdentitySources) -> None:
     cache_dtype = eff.get("cache_config.cache_dtype")
     kv = model_dtype if cache_dtype in (None, "auto") else _dtype_name(cache_dtype)
     p.pick("kv_cache_dtype", ("metadata", kv if kv in KV_CACHE_DTYPES else None))
-    p.pick("fmha_quant_mode", ("derived", "fp8" if out.get("kv_cache_dtype") == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None)))
+    p.pick(
+        "fmha_quant_mode", ("derived", "fp8" if out.get("kv_cache_dtype") == "fp8" else (model_dtype if model_dtype in FMHA_QUANT_MODES else None))
+    )
     p.pick("comm_quant_mode", ("default", "half"))
     out["moe_quant_mode"] = out.get("gemm_quant_mode") if out.get("gemm_quant_mode") in MOE_QUANT_MODES else "bfloat16"
     for name, members in (("gemm_quant_mode", GEMM_QUANT_MODES), ("kv_cache_dtype", KV_CACHE_DTYPES),

@@ -114,7 +114,9 @@ def kv_transfer_ms(isl: Int64[Array | np.ndarray, "*N"], kv_bytes_per_token, byt
     return isl.astype("float64") * kv_bytes_per_token / bytes_per_s * 1e3
 
 
-def max_concurrency(kv_blocks_: Int64[ArrayLike, ""], request_blocks_: Int64[ArrayLike, ""], max_batch_size: Int64[ArrayLike, ""]) -> Int64[Array, ""]:
+def max_concurrency(
+    kv_blocks_: Int64[ArrayLike, ""], request_blocks_: Int64[ArrayLike, ""], max_batch_size: Int64[ArrayLike, ""]
+) -> Int64[Array, ""]:
     """Requests that fit at once: min(max_batch_size, ⌊blocks / blocks per request⌋)."""
     return jnp.minimum(max_batch_size, jnp.floor_divide(kv_blocks_, jnp.maximum(request_blocks_, 1)))
 

@@ -117,7 +117,9 @@ def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num
         "pre_coef": (pre.coef, (nb, 2 * pt - 1, 2 * pk - 1, 4)),
         "pre_code": (pre.code, (nb, 2 * pt - 1, 2 * pk - 1)),
     }
-    arrays = {k: jax.device_put(_pad(np.asarray(a), shape, PAD_FILL[k])) for k, (a, shape) in parts.items()}  # a transfer: jnp.asarray compiles a conversion per shape
+    arrays = {
+        k: jax.device_put(_pad(np.asarray(a), shape, PAD_FILL[k])) for k, (a, shape) in parts.items()
+    }  # a transfer: jnp.asarray compiles a conversion per shape
     return RoundTable(**arrays, speculative=bool(speculative), num_draft_tokens=int(num_draft_tokens))
 
 
@@ -126,7 +128,9 @@ def table_shapes(t: RoundTable) -> dict[str, tuple[int, ...]]:
     return {f: tuple(np.shape(getattr(t, f))) for f in PAD_FILL}
 
 
-def pad_round_table(t: RoundTable, shapes: dict[str, tuple[int, ...]], *, speculative: bool | None = None, num_draft_tokens: int | None = None) -> RoundTable:
+def pad_round_table(
+    t: RoundTable, shapes: dict[str, tuple[int, ...]], *, speculative: bool | None = None, num_draft_tokens: int | None = None
+) -> RoundTable:
     """``t`` with every array padded (at the end of each axis) to ``shapes``; lookups are unchanged."""
     arrays = {}
     for f, fill in PAD_FILL.items():

@@ -150,7 +150,15 @@ def cell_rows(bundle: ProfileBundle, deployment: Deployment, dcp: int | None = N
 
 def choose_deployment(bundle: ProfileBundle, **want) -> Deployment:
     """The one deployment matching the given identity fields (None = any); ambiguity is an error."""
-    fields = {"tp": "tp", "dp": "dp", "moe_tp": "moe_tp", "moe_ep": "moe_ep", "role": "worker_type", "system": "system", "backend_version": "backend_version"}
+    fields = {
+        "tp": "tp",
+        "dp": "dp",
+        "moe_tp": "moe_tp",
+        "moe_ep": "moe_ep",
+        "role": "worker_type",
+        "system": "system",
+        "backend_version": "backend_version",
+    }
     found = []
     for d in bundle.profile.deployments:
         ok = True

@@ -454,7 +454,11 @@ def _check_seed_and_dcp(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping,
                   lambda i: f"recorded dcp={dcp[i]} must be >= 1 and divide tp={c['tp'][i]}")
     sel = sidecar.get("configuration_selector")
     if isinstance(sel, dict) and "dcp" in sel:
-        rows.flag(dcp != sel["dcp"], "dcp", lambda i: f"dcp={None if dcp[i] == -1 else dcp[i]} disagrees with the sidecar configuration_selector dcp={sel['dcp']!r}")
+        rows.flag(
+            dcp != sel["dcp"],
+            "dcp",
+            lambda i: f"dcp={None if dcp[i] == -1 else dcp[i]} disagrees with the sidecar configuration_selector dcp={sel['dcp']!r}",
+        )
 
 
 def _selector_rows(rows: _Rows, ex: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxsim import limits
 from jaxsim.errors import InputError
+from jaxsim.fields import is_int, is_number
 from jaxsim.replay.deployment import ReplayConfig
 from jaxsim.replay.traces import Trace, make_trace
 
@@ -49,7 +50,7 @@ class LoadError(InputError):
 
 
 def _positive_int(v, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 1:
+    if not (is_int(v) or isinstance(v, np.integer)) or int(v) < 1:
         raise LoadError(f"{what}={v!r} must be an integer >= 1")
     return int(v)
 
@@ -216,7 +217,7 @@ def draw_lengths(isl, osl, range_ratio: float = 0.0, rule: str = "vllm", seed: i
 def check_lengths(isl, osl, range_ratio, rule: str, where: str = "lengths") -> None:
     """One line naming the problem when a range ratio or rule is out of range, or draws an empty prompt."""
     r = range_ratio
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not (0.0 <= r < 1.0):
+    if not is_number(r) or not (0.0 <= r < 1.0):
         raise LoadError(f"{where}: range_ratio={r!r} must be in [0, 1)")
     if rule not in RULES:
         raise LoadError(f"{where}: length rule {rule!r}: one of {', '.join(RULES)}")

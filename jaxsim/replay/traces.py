@@ -27,7 +27,7 @@ import pyarrow.json as pajson
 
 from jaxsim import limits
 from jaxsim.errors import QueryError
-from jaxsim.fields import FieldReader
+from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
 
 __all__ = [
@@ -405,7 +405,7 @@ def sample_lengths(spec, n: int, rng: np.random.Generator, *, what: str = "lengt
     """Draw ``n`` token counts (integers >= 1) from a length spec: an int, ``fixed:N``,
     ``uniform:LO:HI`` (inclusive), ``normal:MEAN:STD``, ``lognormal:MEAN:CV``, ``exponential:MEAN``,
     or a sequence of values to resample."""
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+    if is_int(spec) or isinstance(spec, np.integer):
         spec = f"fixed:{int(spec)}"
     if not isinstance(spec, str):
         pool = np.asarray(spec, dtype=np.int64).reshape(-1)

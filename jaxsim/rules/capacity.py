@@ -102,7 +102,9 @@ def capacity_problems(
         )
     src = res.memory_source
     if src == "pending":
-        out.append("memory-pending: FPM memory is pending runtime profiling: the deployment has neither runtime_memory nor all four declared byte fields")
+        out.append(
+            "memory-pending: FPM memory is pending runtime profiling: the deployment has neither runtime_memory nor all four declared byte fields"
+        )
         return out
     rm = res.runtime_memory
     bound = profile_context_length if rm is None else min(profile_context_length, rm.max_model_len)

@@ -74,6 +74,12 @@ class ConfigInputs(eqx.Module):
     osl: Int64[ArrayLike, "*c W"]
     weight: Float64[ArrayLike, "*c W"]
     kv_state_blocks: Int64[ArrayLike, "*c"] = 0  # fixed blocks every request holds (grouped caches; 0 when linear)
+    prefix_hit_ratio: Float64[ArrayLike, "*c"] | None = None  # expected share of prompt tokens read from the prefix cache (None: 0)
+    prompts_per_client: Float64[ArrayLike, "*c"] = 0.0  # closed-loop benchmark: prompts per client (0: no waves, pure steady state)
+    equal_lengths: Bool[ArrayLike, "*c"] = False  # every request the same ISL/OSL (one class, range ratio 0): waves stay in step
+    overhead_fixed_ms: Float64[ArrayLike, "*c"] = 0.0  # serving overhead (jaxsim.overhead): TTFT + fixed + per prompt token × ISL
+    overhead_per_prompt_token_ms: Float64[ArrayLike, "*c"] = 0.0
+    overhead_per_output_token_ms: Float64[ArrayLike, "*c"] = 0.0  # ... and TPOT + per output token
 
 
 class SLABounds(eqx.Module):
@@ -106,6 +112,11 @@ class SLABounds(eqx.Module):
         return jnp.stack([getattr(self, k) for k in LATENCY_KEYS]).reshape(len(LATENCY_METRICS), len(LIMIT_STATS))
 
 
+AGREEMENT = {"mean_ttft_ms": 0.15, "mean_tpot_ms": 0.08, "output_tokens_per_s_per_gpu": 0.08}
+"""Stated agreement of the steady state with the replay of the same point under its closed-loop benchmark
+(relative to the replay), where docs/sweep.md says they should agree: aggregated closed loops of >= 16
+clients per worker with equal lengths, and spread lengths at any concurrency."""
+
 PERCENTILES = tuple(LIMIT_QUANTILES.values())
 """The percentiles of the mix the sweep reports (median, p90, p99)."""
 
@@ -136,6 +147,7 @@ class Metrics(eqx.Module):
     round_ms: Float64[Array, ""]
     pass_ms: Float64[Array, ""]
     prefill_chunks: Float64[Array, ""]
+    prefill_queue_ms: Float64[Array, ""]
     rounds: Float64[Array, ""]
     tokens_per_round: Float64[Array, ""]
     request_rate_per_s: Float64[Array, ""]
@@ -196,13 +208,28 @@ expected_rounds_table = jit_x64(jax.vmap(expected_rounds, in_axes=(0, 0, None)),
 
 
 def decode_round_ms_at(
-    t: RoundTable, batch: Int64[Array, ""], kv_per_request: Float64[Array, " Q"]
+    t: RoundTable, batch: Int64[Array, ""], kv_per_request: Float64[Array, " Q"], pool_tokens: Int64[ArrayLike, ""] | None = None,
 ) -> tuple[Float64[Array, ""], Int32[Array, ""]]:
     """Mean decode-pass (round) time of an integer ``batch`` of decoding requests over the trajectory:
-    total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted."""
+    total KV = batch × ``kv_per_request[q]`` at each progress node q, Gauss-Legendre weighted, never more
+    than the KV pool holds (``pool_tokens``: vLLM preempts rather than exceed it)."""
     kv = jnp.round(batch.astype(jnp.float64) * kv_per_request).astype(jnp.int64)
+    if pool_tokens is not None:
+        kv = jnp.minimum(kv, pool_tokens)
     lat, code = jax.vmap(decode_latency_ms, in_axes=(None, None, 0))(t, batch, kv)
     return jnp.sum(GL_WEIGHTS * lat), st.worst_of(code, xp=jnp)
+
+
+def cached_prompt_tokens(cfg: ConfigInputs) -> Int64[Array, " W"]:
+    """Prompt tokens per class read from the prefix cache in the steady state: the workload's expected
+    hit ratio of ISL in whole KV blocks, at most ⌊(ISL − 1)/block⌋ blocks (vLLM computes at least one
+    token of every prompt)."""
+    bs = jnp.maximum(cfg.block_size, 1)
+    isl = jnp.asarray(cfg.isl)
+    if cfg.prefix_hit_ratio is None:
+        return jnp.zeros_like(isl)
+    hit_blocks = jnp.floor(jnp.asarray(cfg.prefix_hit_ratio, jnp.float64) * isl.astype(jnp.float64) / bs).astype(jnp.int64)
+    return jnp.minimum(hit_blocks, (isl - 1) // bs) * bs
 
 
 def prompt_prefill_ms(
@@ -212,25 +239,29 @@ def prompt_prefill_ms(
     num_decode: Int64[Array, ""],
     decode_kv_tokens: Int64[Array, ""],
     live: Bool[Array, " W"],
+    cached: Int64[Array, " W"] | int = 0,
 ) -> tuple[Float64[Array, " W"], Int32[Array, ""]]:
     """Time of all the scheduler passes that carry one prompt's prefill chunks, per workload class.
 
-    A prompt is split into c = ⌈ISL / chunk⌉ chunks; chunk j computes min(chunk, ISL − j·chunk) tokens
-    reading j·chunk cached tokens, in a pass beside ``num_decode`` decoding requests holding
+    ``cached`` prompt tokens per class are read from the prefix cache, not computed: the ISL − cached
+    computed tokens are split into c = ⌈(ISL − cached) / chunk⌉ chunks; chunk j computes min(chunk,
+    ISL − cached − j·chunk) tokens reading cached + j·chunk past tokens, in a pass beside ``num_decode`` decoding requests holding
     ``decode_kv_tokens`` past KV in total. Up to 2 full chunks are priced one by one; more are integrated
     with 2-point Gauss-Legendre over their KV read (exact where the latency is linear in the KV read);
     the last (partial) chunk is always priced exactly.
     """
     chunk = jnp.maximum(chunk_tokens, 1)
+    cached = jnp.broadcast_to(jnp.asarray(cached, jnp.int64), isl.shape)
+    isl = isl - cached  # computed tokens
     c = (isl + chunk - 1) // chunk  # [W]
     full = c - 1
     q = jnp.arange(NUM_CHUNK_POINTS)
     few = (full <= NUM_CHUNK_POINTS)[:, None]
     pos = jnp.where(few, q[None, :].astype(jnp.float64), CHUNK_NODES[None, :] * jnp.maximum(full - 1, 0)[:, None])
     wts = jnp.where(few, (q[None, :] < full[:, None]).astype(jnp.float64), CHUNK_WEIGHTS[None, :] * full[:, None])
-    kv_read = jnp.round(pos * chunk).astype(jnp.int64)  # [W, 2]
+    kv_read = jnp.round(pos * chunk).astype(jnp.int64) + cached[:, None]  # [W, 2]
     toks = jnp.concatenate([jnp.broadcast_to(chunk, kv_read.shape), (isl - full * chunk)[:, None]], axis=1)
-    kvs = jnp.concatenate([kv_read, (full * chunk)[:, None]], axis=1)
+    kvs = jnp.concatenate([kv_read, (cached + full * chunk)[:, None]], axis=1)
     wts = jnp.concatenate([wts, jnp.ones_like(wts[:, :1])], axis=1)  # [W, 3]
     one = jnp.ones(toks.size, jnp.int64)
     flat = jax.vmap(scheduler_pass_latency_ms, in_axes=(None, 0, 0, 0, None, None))
@@ -255,15 +286,18 @@ def _decode_kv_per_request(cfg: ConfigInputs, share, nodes) -> Float64[Array, " 
 def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
     """Requests in flight per decode (or aggregated) worker, which limit binds, and a capacity status.
 
-    min(target concurrency, max_num_seqs, KV pool ÷ blocks per request, token budget ÷ (nextn + 1)); blocks
-    per request = ⌈(ISL + OSL + lookahead)/block⌉ (+ the fixed blocks of a grouped cache's window and state
-    groups) averaged over the mix weighted by residence.
+    min(target concurrency, max_num_seqs, KV pool ÷ blocks a request holds, token budget ÷ (nextn + 1)).
+    vLLM allocates a request's blocks as its tokens arrive (and preempts when the pool runs dry), so a
+    request in flight holds on average ⌈(ISL + OSL/2 + lookahead)/block⌉ blocks over its decode (+ the
+    fixed blocks of a grouped cache's window and state groups), averaged over the mix weighted by
+    residence; a request must still fit whole at its peak, ⌈(ISL + OSL + lookahead)/block⌉ ≤ the pool.
     """
     step = cfg.nextn + 1
     la = jnp.where(cfg.nextn > 0, cfg.nextn + 1, 0)
     blocks_w = capacity.request_blocks(cfg.isl, cfg.osl, la, cfg.block_size) + cfg.kv_state_blocks
+    held_w = capacity.request_blocks(cfg.isl, cfg.osl // 2, la, cfg.block_size) + cfg.kv_state_blocks
     occ = _share(w, rounds_w + 1.0)
-    mean_blocks = jnp.ceil(jnp.sum(occ * blocks_w)).astype(jnp.int64)
+    mean_blocks = jnp.ceil(jnp.sum(occ * held_w)).astype(jnp.int64)
     n_kv = capacity.max_concurrency(cfg.kv_blocks, mean_blocks, cfg.max_num_seqs)
     n_budget = cfg.max_num_batched_tokens // step
     n = jnp.minimum(jnp.minimum(cfg.concurrency, n_kv), n_budget)
@@ -309,7 +343,8 @@ def pass_structure(cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix, n: Int6
     nf = n.astype(jnp.float64)
     step = cfg.nextn + 1  # scheduler tokens per decoding request per pass
     chunk = jnp.where(disagg, cfg.prefill_max_num_batched_tokens, cfg.max_num_batched_tokens - (n - 1) * step)
-    chunks_w = ((cfg.isl + chunk - 1) // chunk).astype(jnp.float64)
+    computed = cfg.isl - cached_prompt_tokens(cfg)  # the prefix cache serves the rest
+    chunks_w = ((computed + chunk - 1) // chunk).astype(jnp.float64)
     c_bar = jnp.sum(mix.w * chunks_w)
     passes = jnp.maximum((mix.r_bar + c_bar) / nf, c_bar)
     frac_mixed = c_bar / passes
@@ -325,6 +360,7 @@ class Lookups(eqx.Module):
     trajectory, and per class the passes carrying its prompt's prefill chunks (with their statuses)."""
 
     kv_q: Float64[Array, " Q"]  # mean past KV per decoding request at the trajectory nodes
+    kv_mid: Float64[Array, ""]  # mean past KV per decoding request halfway along the trajectory
     round_ms: Float64[Array, ""]
     round_code: Int32[Array, ""]
     prompt_ms: Float64[Array, " W"]
@@ -336,10 +372,11 @@ def price_lookups(prefill_table: RoundTable, decode_table: RoundTable, cfg: Conf
     share = _share(mix.w, mix.rounds_w)
     kv_q = _decode_kv_per_request(cfg, share, jnp.asarray(GL_NODES))
     kv_mid = _decode_kv_per_request(cfg, share, jnp.full(1, 0.5))[0]
-    round_ms, round_code = decode_round_ms_at(decode_table, n, kv_q)
-    mixed_kv = jnp.round(p.n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64)
-    prompt_ms, prompt_code = prompt_prefill_ms(prefill_table, cfg.isl, p.chunk, p.n_mixed, mixed_kv, mix.live)
-    return Lookups(kv_q=kv_q, round_ms=round_ms, round_code=round_code, prompt_ms=prompt_ms, prompt_code=prompt_code)
+    round_ms, round_code = decode_round_ms_at(decode_table, n, kv_q, cfg.kv_blocks * cfg.block_size)
+    mixed_kv = jnp.minimum(jnp.round(p.n_mixed.astype(jnp.float64) * kv_mid).astype(jnp.int64), cfg.kv_blocks * cfg.block_size)
+    prompt_ms, prompt_code = prompt_prefill_ms(prefill_table, cfg.isl, p.chunk, p.n_mixed, mixed_kv, mix.live,
+                                               cached_prompt_tokens(cfg))
+    return Lookups(kv_q=kv_q, kv_mid=kv_mid, round_ms=round_ms, round_code=round_code, prompt_ms=prompt_ms, prompt_code=prompt_code)
 
 
 class Served(eqx.Module):
@@ -349,9 +386,13 @@ class Served(eqx.Module):
     rate: Float64[Array, ""]  # completed requests per ms (one serving unit)
     round_ms: Float64[Array, ""]
     pass_ms: Float64[Array, ""]
-    ttft_w: Float64[Array, " W"]
+    ttft_w: Float64[Array, " W"]  # mean TTFT per class
     decode_batch: Float64[Array, ""]
     code: Int32[Array, ""]
+    wait_ms: Float64[Array, ""]  # queueing for a place among the requests in flight
+    prefill_queue_ms: Float64[Array, ""] = 0.0  # the mean TTFT the benchmark's prompt waves add (aggregated)
+    ttft_points: Float64[Array, "W K"] | None = None  # TTFT points per class (percentiles; None: ttft_w alone)
+    ttft_weights: Float64[Array, "W K"] | None = None  # their probabilities within the class
 
 
 def serve_aggregated(cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], p: Passes, lk: Lookups) -> Served:
@@ -367,7 +408,95 @@ def serve_aggregated(cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], p: Passes
     rate = 1.0 / (p.passes * pass_ms)
     wait = jnp.maximum(nf * p.passes - mix.r_bar - p.c_bar, 0.0) * pass_ms + (cfg.concurrency - n) / rate
     return Served(rate=rate, round_ms=round_ms, pass_ms=pass_ms, ttft_w=wait + lk.prompt_ms,
-                  decode_batch=mix.r_bar / p.passes, code=jnp.where(p.prefill_bound, st.EXACT, lk.round_code))
+                  decode_batch=mix.r_bar / p.passes, code=jnp.where(p.prefill_bound, st.EXACT, lk.round_code), wait_ms=wait)
+
+
+FIRST_WAVE_POINTS = 8
+"""Points (quantiles of the client position) that stand for a closed loop's first wave in the percentiles."""
+
+
+class PrefillQueue(eqx.Module):
+    """TTFT of an aggregated closed-loop benchmark with its prompt waves: per class the mean over the
+    benchmark's requests and a few TTFT points with their probabilities (first wave, waves in step, waves
+    spread), for the percentiles."""
+
+    ttft_w: Float64[Array, " W"]
+    points_ms: Float64[Array, "W K"]
+    point_weights: Float64[Array, "W K"]
+    code: Int32[Array, ""]
+
+
+def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], kv_mid: Float64[Array, ""]
+                  ) -> tuple[Float64[Array, ""], Int64[Array, ""], Bool[Array, ""], Int32[Array, ""]]:
+    """One pass of a prompt wave: the token budget left beside the decoders filled with prompt chunks (or
+    all ``n`` prompts when they fit in it); its time, its prefill tokens and whether the wave saturates
+    the budget."""
+    step = cfg.nextn + 1
+    isl_bar = jnp.sum(mix.w * cfg.isl.astype(jnp.float64))
+    wave = n.astype(jnp.float64) * isl_bar
+    budget0 = cfg.max_num_batched_tokens
+    saturated = wave > budget0
+    num_p = jnp.where(saturated, jnp.minimum(n, (budget0 // jnp.maximum(jnp.round(isl_bar), 1.0)).astype(jnp.int64) + 1), n)
+    num_d = jnp.maximum(n - num_p, 0)
+    # priced as the replay prices it (num_p prompts' chunks); where the profile has no such lookup (prefill measured
+    # one prompt at a time), as one prompt of all the pass's tokens
+    budget = jnp.maximum(budget0 - num_d * step, 1)
+    toks = jnp.where(saturated, budget, jnp.round(wave).astype(jnp.int64))
+    kv = jnp.where(saturated, jnp.round(isl_bar / 2.0), 0.0).astype(jnp.int64)  # cached prefix of the prompts carried over
+    dkv = jnp.minimum(jnp.round(num_d.astype(jnp.float64) * kv_mid).astype(jnp.int64), cfg.kv_blocks * cfg.block_size)
+    lat, code = scheduler_pass_latency_ms(t, num_p, toks, kv, num_d, dkv)
+    lat1, code1 = scheduler_pass_latency_ms(t, jnp.ones_like(num_p), toks, kv, num_d, dkv)
+    one = code >= st.FIRST_UNSUPPORTED
+    return jnp.where(one, lat1, lat), budget, saturated, jnp.where(one, code1, code)
+
+
+def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], kv_mid: Float64[Array, ""],
+                  steady_ttft_w: Float64[Array, " W"], wait: Float64[Array, ""]) -> PrefillQueue:
+    """TTFT per class under a closed-loop benchmark of ``n`` clients and ``cfg.prompts_per_client`` waves.
+
+    All n prompts are sent at t = 0 and queue for the chunked-prefill budget B (beside the decoders): the
+    client in position k gets its first token after ⌈(k·ISL̄ + ISL)/B⌉ full passes (the first wave). A
+    client sends its next prompt when its previous request completes, so with equal lengths the later waves
+    come back in step, in the passes the first wave was prefilled in, and keep every such pass full: a
+    prompt then spans 1 + ISL/B full passes on average (⌊ISL/B⌋ + 1 or + 2), or, when all n prompts fit
+    in one pass, that one pass. The leftover chunk of a wave moves one client out of step per wave (seen in
+    the replay), and a client out of step sees the steady state's TTFT; with unequal lengths every later
+    wave is spread. ``prompts_per_client`` 0: no waves (the steady state's TTFT)."""
+    lat, budget, saturated, code = queue_pass_ms(t, cfg, mix, n, kv_mid)
+    nf = n.astype(jnp.float64)
+    bf = budget.astype(jnp.float64)
+    isl = cfg.isl.astype(jnp.float64)
+    isl_bar = jnp.sum(mix.w * isl)
+
+    def first_passes(k):  # [W] passes until the client in position k has its first token
+        return jnp.where(saturated, jnp.ceil((k * isl_bar + isl) / bf - 1e-9), 1.0)
+
+    first_mean = jax.lax.fori_loop(0, n, lambda k, acc: acc + first_passes(k.astype(jnp.float64)), jnp.zeros_like(isl)) / nf
+    qk = jnp.floor((jnp.arange(FIRST_WAVE_POINTS) + 0.5) / FIRST_WAVE_POINTS * nf)
+    first_pts = jax.vmap(first_passes, out_axes=1)(qk)  # [W, K]
+    x = isl / bf
+    span_lo = jnp.where(saturated, jnp.floor(x) + 1.0, 1.0)
+    frac = jnp.where(saturated, x - jnp.floor(x), 0.0)
+    waves = jnp.maximum(cfg.prompts_per_client, 0.0)
+    later = jnp.maximum(waves - 1.0, 0.0)  # later waves
+    j = jnp.minimum(later, nf)  # later waves with a client still in step: Σ_{i<j} (1 − i/n)
+    in_step = jnp.where(saturated, jnp.where(later > 0, (j - j * (j - 1.0) / (2.0 * nf)) / jnp.maximum(later, 1.0), 1.0), 1.0)
+    has_waves = waves > 0
+    in_step = jnp.where(cfg.equal_lengths & has_waves, in_step, 0.0)
+    p_first = jnp.where(has_waves, 1.0 / jnp.maximum(waves, 1.0), 0.0)
+    p_later = 1.0 - p_first
+    sync_mean = lat * (span_lo + frac)
+    ttft_w = p_first * (wait + lat * first_mean) + p_later * (in_step * (wait + sync_mean) + (1.0 - in_step) * steady_ttft_w)
+    W = isl.shape[0]
+    pts = jnp.concatenate([wait + lat * first_pts, (wait + lat * span_lo)[:, None], (wait + lat * (span_lo + 1.0))[:, None],
+                           steady_ttft_w[:, None]], axis=1)
+    wts = jnp.concatenate([
+        jnp.full((W, FIRST_WAVE_POINTS), p_first / FIRST_WAVE_POINTS),
+        (p_later * in_step * (1.0 - frac))[:, None], (p_later * in_step * frac)[:, None],
+        jnp.full((W, 1), p_later * (1.0 - in_step)),
+    ], axis=1)
+    return PrefillQueue(ttft_w=ttft_w, points_ms=pts, point_weights=wts,
+                        code=jnp.where(has_waves, code, st.EXACT).astype(jnp.int32))
 
 
 def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix,
@@ -382,7 +511,8 @@ def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Boo
     feed_bound = disagg & (rate_prefill < rate_decode)
     n_eff = jnp.where(feed_bound, jnp.clip(jnp.round(nf * rate_prefill / rate_decode), 1.0, nf), nf)
     round_eff, code_eff = jax.lax.cond(
-        disagg, lambda: decode_round_ms_at(decode_table, n_eff.astype(jnp.int64), lk.kv_q), lambda: (lk.round_ms, lk.round_code)
+        disagg, lambda: decode_round_ms_at(decode_table, n_eff.astype(jnp.int64), lk.kv_q, cfg.kv_blocks * cfg.block_size),
+        lambda: (lk.round_ms, lk.round_code)
     )
     round_ms = jnp.where(feed_bound, round_eff, lk.round_ms)
     rate = jnp.minimum(rate_prefill, rate_decode)
@@ -395,7 +525,7 @@ def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Boo
         jnp,
     )
     return Served(rate=rate, round_ms=round_ms, pass_ms=round_ms, ttft_w=wait + lk.prompt_ms + xfer_w + round_ms,
-                  decode_batch=n_eff, code=code)
+                  decode_batch=n_eff, code=code, wait_ms=wait)
 
 
 def serving_gpus(cfg: ConfigInputs, disagg: Bool[Array, ""]) -> Float64[Array, ""]:
@@ -405,15 +535,17 @@ def serving_gpus(cfg: ConfigInputs, disagg: Bool[Array, ""]) -> Float64[Array, "
     return jnp.where(disagg, x * cfg.prefill_gpus + y * cfg.decode_gpus, cfg.decode_gpus).astype(jnp.float64)
 
 
-def mix_percentiles(ttft_w: Float64[Array, " W"], tpot_w: Float64[Array, " W"], e2e_w: Float64[Array, " W"],
-                    w: Float64[Array, " W"], generates: Bool[Array, " W"]) -> Float64[Array, "3 3"]:
+def mix_percentiles(ttft_pts: Float64[Array, "W K"], pts_w: Float64[Array, "W K"], tpot_w: Float64[Array, " W"],
+                    decode_w: Float64[Array, " W"], w: Float64[Array, " W"], generates: Bool[Array, " W"]) -> Float64[Array, "3 3"]:
     """``[metric, p]`` percentiles over the workload mix: each class's latency with its weight (TPOT over
-    the classes that generate past their first token). The queueing wait is the model's constant (its
-    mean), so the spread comes from the classes' lengths only (docs/sweep.md)."""
+    the classes that generate past their first token), its TTFT (and E2E) at the points ``ttft_pts`` with
+    their probabilities ``pts_w`` within the class (a closed loop's prompt waves; otherwise one point, the
+    mean with the queueing wait as its constant: docs/sweep.md)."""
+    pw = (w[:, None] * pts_w).ravel()
     return jnp.stack([
-        weighted_percentiles(ttft_w, w),
+        weighted_percentiles(ttft_pts.ravel(), pw),
         weighted_percentiles(tpot_w, w * generates),
-        weighted_percentiles(e2e_w, w),
+        weighted_percentiles((ttft_pts + decode_w[:, None]).ravel(), pw),
     ])
 
 
@@ -421,9 +553,13 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
                          limit: Int32[Array, ""], p: Passes, served: Served, status: Int32[Array, ""]) -> Metrics:
     """Means and percentiles over the mix, throughput per GPU and the SLA judgment (NaN when unsupported)."""
     w = mix.w
-    decode_w = mix.rounds_w * served.round_ms
     out_tok = jnp.sum(w * cfg.osl)
     gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
+    # the serving overhead outside the forward passes (zero unless set): TTFT + fixed + per prompt token, each later token + per output token
+    extra_w = cfg.overhead_fixed_ms + cfg.overhead_per_prompt_token_ms * cfg.isl.astype(jnp.float64)
+    served = eqx.tree_at(lambda v: (v.ttft_w, v.ttft_points), served,
+                         (served.ttft_w + extra_w, served.ttft_points + extra_w[:, None]))
+    decode_w = mix.rounds_w * served.round_ms + cfg.overhead_per_output_token_ms * gen
     tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
     tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
     ttft = jnp.sum(w * served.ttft_w)
@@ -435,7 +571,8 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
     def nan(v):
         return jnp.where(ok, v, jnp.nan)
 
-    pct = mix_percentiles(served.ttft_w, tpot_w, served.ttft_w + decode_w, w, gen > 0)
+    pts, pts_w = served.ttft_points, served.ttft_weights
+    pct = mix_percentiles(pts, pts_w, tpot_w, decode_w, w, gen > 0)
     lat = jnp.concatenate([jnp.stack([ttft, tpot, e2e])[:, None], pct], axis=1)  # [metric, stat] as LATENCY_KEYS
     sla_ok = ok & (tps_user >= sla.min_tokens_per_s_per_user) & jnp.all(lat <= sla.latency_ms())
     return Metrics(
@@ -446,6 +583,7 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
         round_ms=nan(served.round_ms),
         pass_ms=nan(served.pass_ms),
         prefill_chunks=p.c_bar,
+        prefill_queue_ms=nan(served.prefill_queue_ms),
         rounds=mix.r_bar,
         tokens_per_round=jnp.sum(w * gen) / jnp.maximum(mix.r_bar, 1e-300),
         request_rate_per_s=nan(rate_s),
@@ -477,7 +615,19 @@ def evaluate_config(
     passes = pass_structure(cfg, disaggregated, mix, n)
     lookups = price_lookups(prefill_table, decode_table, cfg, mix, n, passes)
     aggregated = serve_aggregated(cfg, mix, n, passes, lookups)
+    queue = prefill_queue(prefill_table, cfg, mix, n, lookups.kv_mid, aggregated.ttft_w, aggregated.wait_ms)
+    aggregated = eqx.tree_at(
+        lambda s: (s.ttft_w, s.code, s.prefill_queue_ms, s.ttft_points, s.ttft_weights),
+        aggregated,
+        (queue.ttft_w, st.worse(aggregated.code, queue.code, jnp), jnp.sum(mix.w * (queue.ttft_w - aggregated.ttft_w)),
+         queue.points_ms, queue.point_weights),
+        is_leaf=lambda x: x is None,
+    )
     disagg = serve_disaggregated(decode_table, cfg, disaggregated, mix, n, lookups)
+    one = (jnp.arange(queue.points_ms.shape[1]) == 0).astype(jnp.float64)
+    disagg = eqx.tree_at(lambda s: (s.prefill_queue_ms, s.ttft_points, s.ttft_weights), disagg,
+                         (jnp.float64(0.0), jnp.broadcast_to(disagg.ttft_w[:, None], queue.points_ms.shape),
+                          jnp.broadcast_to(one, queue.points_ms.shape)), is_leaf=lambda x: x is None)
     served = jax.tree.map(lambda d, a: jnp.where(disaggregated, d, a), disagg, aggregated)
     status = st.worse(st.worse(capacity_code, lookups.prompt_code, jnp), served.code, jnp)
     return steady_state_metrics(cfg, disaggregated, sla, mix, n, limit, passes, served, status)
@@ -496,5 +646,6 @@ def evaluate_chunk(
     ensure_x64()
     pt = take_table(stack, prefill_index)
     dt = take_table(stack, decode_index)
-    fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, 0))
+    axes = jax.tree.map(lambda x: 0 if jnp.ndim(x) >= 1 else None, cfgs)  # a field left at its scalar default: shared
+    fn = jax.vmap(evaluate_config, in_axes=(None, None, None, None, None, axes))
     return fn(pt, dt, disaggregated, rounds_table, sla, cfgs)

@@ -33,7 +33,7 @@ from jaxsim.sla import LATENCY_KEYS, SLA
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SweepPlan
 
-__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_trace", "replay_metrics", "sla_ok"]
+__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_trace", "replay_metrics", "sla_ok", "sweep_configs"]
 
 METHODS = ("steady", "replay")
 """The ``method`` column's values: which evaluation produced a row."""
@@ -72,6 +72,21 @@ def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_co
     return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
                         kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source,
                         max_concurrency=int(max_concurrency))
+
+
+def sweep_configs(plan: SweepPlan) -> list[ReplayConfig]:
+    """One replay deployment per valid binding of a plan (``jaxsim replay --sweep``: the trace is the workload, so
+    the plan's concurrency and workload axes are not used), named by profile, TP, mode, speculation and envelope."""
+    labels, out = plan.labels, []
+    for b in range(plan.num_bindings):
+        row = plan.bindings.row(b)
+        mode = labels["mode"][row.mode]
+        name = (f"{labels['profile'][row.profile]} tp={row.tp} {mode}"
+                + (f" {row.prefill_workers}:{row.decode_workers}" if mode == "disaggregated" else "")
+                + f" nextn={row.nextn} {labels['acceptance'][row.acceptance]} seqs={row.max_num_seqs}"
+                + f" tokens={row.max_num_batched_tokens}")
+        out.append(binding_config(plan, b, name))
+    return out
 
 
 def point_config(plan: SweepPlan, config_id: int, load: LoadModel, *, units: int = 1, tables=None) -> ReplayConfig:
@@ -125,7 +140,7 @@ def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_
     limit = 2 if s["preemptions"] > 0 else (0 if reached == concurrency else 1)
     tpot = s["mean_tpot_ms"]
     out = dict(
-        status=status, limit=limit, concurrency=reached, decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan,
+        status=status, limit=limit, concurrency=reached, decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan, prefill_queue_ms=nan,
         rounds=float(req["decode_rounds"][done].mean()) if done.any() else nan,
         tokens_per_round=float((req["generated_tokens"][done] - 1).sum()) / rounds if rounds else nan,
         request_rate_per_s=s["request_throughput_rps"] / units,

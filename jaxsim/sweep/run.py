@@ -60,7 +60,7 @@ WORK_SUFFIX = ".work"
 FORMAT = "jaxsim-sweep-v1"
 METRIC_COLUMNS = (
     "status", "status_name", "limit", "concurrency", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
-    "rounds", "tokens_per_round", "request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
+    "prefill_queue_ms", "rounds", "tokens_per_round", "request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
     "total_output_tokens_per_s", *LATENCY_KEYS, "sla_ok",
 )
 COST_COLUMNS = ("usd_per_gpu_hour", "usd_per_hour_per_unit", "usd_per_1m_output_tokens")

@@ -40,11 +40,13 @@ from jaxsim._jax import ensure_x64
 from jaxsim.cost import DEFAULT_BASIS, PRICE_BASES, Prices, check_price
 from jaxsim.deploy.binding import Binding, bind
 from jaxsim.errors import BindingError, InputError, JaxsimError, QueryError
+from jaxsim.fields import is_int, is_number
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import RoundTable
+from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
 from jaxsim.profile.model import DATA_SOURCES, ModelProfile
 from jaxsim.profile.resolve import load_bundle, resolve_profile_dir
-from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError
+from jaxsim.replay.loads import KINDS, RULES, Benchmark, LoadError, length_bounds
 from jaxsim.rules.config import DeploymentConfig, RoleConfig, check_config
 from jaxsim.rules.validate import validate_config
 from jaxsim.sla import SLA, canonical_keys
@@ -85,6 +87,7 @@ class ProfileAxis:
     label: str = ""
     moe_tp: tuple[int, ...] | None = None
     moe_ep: tuple[int, ...] | None = None
+    overhead: ServingOverhead = ServingOverhead()  # serving overhead outside the forward passes (zero unless set)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class Workload:
     isl: tuple[int, ...]
     osl: tuple[int, ...]
     weight: tuple[float, ...]
+    prefix_hit_ratio: float = 0.0  # expected share of prompt tokens read from the prefix cache (steady state)
 
     @property
     def mean_isl(self) -> float:
@@ -175,7 +179,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
             raise doc.error(path, "give exactly one of preset, accepted_tokens, rates")
         (k, x), = v.items()
         if k == "accepted_tokens":
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
+            if not is_number(x):
                 raise doc.error(sc.sub(path, k), f"expected a number, got {doc.got(x)}")
             x = float(x)
         v = x
@@ -187,7 +191,7 @@ def _acceptance(doc: sc.Doc, v: Any, path: str) -> Acceptance:
                 raise
             raise doc.error(path, str(e)) from None
         return Acceptance("preset", v, f"preset:{v}")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if is_number(v):
         a = sc.Num(finite=True, ge=0.0).read(doc, v, path)
         return Acceptance("accepted", a, f"accepted={_fmt(a)}")
     if isinstance(v, list):
@@ -202,9 +206,22 @@ def _ratio(doc: sc.Doc, v: Any, path: str) -> tuple[int, int]:
         a, b = v.split(":")
         if a.strip().isdigit() and b.strip().isdigit() and 1 <= int(a) <= 1024 and 1 <= int(b) <= 1024:
             return int(a), int(b)
-    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 1024 for x in v):
+    if isinstance(v, list) and len(v) == 2 and all(is_int(x) and 1 <= x <= 1024 for x in v):
         return int(v[0]), int(v[1])
     raise doc.error(path, f"expected 'x:y' with x prefill and y decode workers (1..1024), got {v!r}")
+
+
+def _overhead(doc: sc.Doc, v: Any, path: str) -> ServingOverhead:
+    """``overhead = {fixed_ms = ..., per_prompt_token_ms = ..., per_output_token_ms = ...}`` or the JSON
+    file ``jaxsim calibrate --benchmark`` writes (relative to the spec's folder)."""
+    if isinstance(v, str):
+        base_dir = doc.context.get("base_dir")
+        p = Path(v).expanduser()
+        v = base_dir / p if base_dir is not None and not p.is_absolute() else p
+    try:
+        return read_overhead(v, path)
+    except OverheadError as e:
+        raise doc.error("", str(e)) from None
 
 
 def _trace_workload(doc: sc.Doc, d: dict, path: str) -> tuple[list, list, list]:
@@ -218,7 +235,30 @@ def _trace_workload(doc: sc.Doc, d: dict, path: str) -> tuple[list, list, list]:
         tr = load_trace(ref)
     except JaxsimError as e:
         raise doc.error(f"{path}.trace", str(e)) from None
+    if d.get("prefix_hit_ratio") == "measured":
+        d["prefix_hit_ratio"] = _measured_hit_ratio(doc, ref, path)
     return trace_classes(tr.input_tokens, tr.output_tokens, d["bins"])
+
+
+def _measured_hit_ratio(doc: sc.Doc, ref: str, path: str) -> float:
+    """The share of a Mooncake trace's prompt tokens an unbounded prefix cache serves
+    (:func:`jaxsim.replay.prefix_cache.measured_hit_ratio`, at the trace's own 512-token hash blocks)."""
+    from jaxsim.replay.prefix_cache import measured_hit_ratio, read_hash_ids  # noqa: PLC0415
+    from jaxsim.replay.traces import bundled_trace_path, list_traces, sniff_format  # noqa: PLC0415
+
+    p = bundled_trace_path(ref) if ref in list_traces() else Path(ref)
+    try:
+        kind = sniff_format(p)
+    except JaxsimError as e:
+        raise doc.error(f"{path}.prefix_hit_ratio", str(e)) from None
+    if kind != "mooncake":
+        raise doc.error(f"{path}.prefix_hit_ratio", f"'measured' needs a Mooncake trace with hash_ids ({ref} is not one)")
+    try:
+        rows = read_hash_ids(p)
+        lengths = [json.loads(x)["input_length"] for x in p.read_text().splitlines() if x.strip()]
+    except JaxsimError as e:
+        raise doc.error(f"{path}.prefix_hit_ratio", str(e)) from None
+    return measured_hit_ratio(rows, lengths)
 
 
 def trace_classes(isl: np.ndarray, osl: np.ndarray, bins: int) -> tuple[list, list, list]:
@@ -253,16 +293,29 @@ def _workload(doc: sc.Doc, path: str, d: dict) -> list[Workload]:
     if len(kinds) != 1 or (("isl" in d) != ("osl" in d)):
         raise doc.error(path, "give isl + osl, or requests = [[isl, osl, weight], ...], or trace = NAME|PATH")
     name = d.get("name", f"workload{path[len('workload['):-1]}")
+    if d.get("prefix_hit_ratio") == "measured" and "trace" not in d:
+        raise doc.error(f"{path}.prefix_hit_ratio", "'measured' needs trace = NAME|PATH (a Mooncake trace with hash_ids)")
     if "isl" in d:
         isls, osls = d["isl"], d["osl"]
-        return [Workload(name if len(isls) == len(osls) == 1 else f"{name}-{a}x{b}", (a,), (b,), (1.0,)) for a in isls for b in osls]
+        hit = float(d.get("prefix_hit_ratio", 0.0))
+        return [Workload(name if len(isls) == len(osls) == 1 else f"{name}-{a}x{b}", (a,), (b,), (1.0,), hit)
+                for a in isls for b in osls]
     if "requests" in d:
         isl, osl, w = (list(c) for c in zip(*d["requests"]))
     else:
         isl, osl, w = _trace_workload(doc, d, path)
     if len(isl) > MAX_WORKLOAD_CLASSES:
         raise doc.error(path, f"at most {MAX_WORKLOAD_CLASSES} request classes (got {len(isl)})")
-    return [Workload(name, tuple(isl), tuple(osl), tuple(w))]
+    return [Workload(name, tuple(isl), tuple(osl), tuple(w), float(d.get("prefix_hit_ratio", 0.0)))]
+
+
+def _hit_ratio(doc: sc.Doc, v: Any, path: str) -> float | str:
+    """``prefix_hit_ratio``: a share of prompt tokens in [0, 1), or "measured" (from the trace's hash_ids)."""
+    if v == "measured":
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) < 1.0:
+        raise doc.error(path, f"expected a number in [0, 1) or \"measured\", got {v!r}")
+    return float(v)
 
 
 def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
@@ -343,8 +396,9 @@ _SPEC = sc.Table({
         "moe_tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "moe_ep": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
+        "overhead": sc.Field(sc.Custom(_overhead)),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
-                                        d.get("moe_tp"), d.get("moe_ep"))),
+                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -368,6 +422,7 @@ _SPEC = sc.Table({
         "requests": sc.Field(sc.Array(sc.Custom(_request_class), min_len=1, empty="expected a non-empty array of [isl, osl, weight]")),
         "trace": sc.Field(sc.Str()),
         "bins": sc.Field(sc.Int(lo=1, hi=8), default=3),
+        "prefix_hit_ratio": sc.Field(sc.Custom(_hit_ratio)),
     }, _workload), min_len=1, empty="give at least one [[workload]] table"), required="give at least one [[workload]] table"),
     "sla": sc.Field(sc.Custom(_sla)),
     "evaluate": sc.Field(sc.Literal(EVALUATE)),
@@ -556,6 +611,7 @@ class SweepPlan:
     wl_weight: np.ndarray
     wl_mean_isl: np.ndarray
     wl_mean_osl: np.ndarray
+    wl_hit_ratio: np.ndarray  # [nW] expected prefix-cache hit share of prompt tokens
     num_invalid_configs: int = 0
     profile_models: dict[str, str] = field(default_factory=dict)  # profile label → model id
 
@@ -614,10 +670,38 @@ class SweepPlan:
             kv_bytes_per_token=B.kv_bytes_per_token,
             kv_transfer_bytes_per_s=B.kv_transfer_bytes_per_s,
             concurrency=np.asarray(self.spec.concurrency, np.int64)[c],
-            isl=self.wl_isl[w],
-            osl=self.wl_osl[w],
+            **dict(zip(("isl", "osl"), self.benchmark_lengths(self.wl_isl[w], self.wl_osl[w]))),
             weight=self.wl_weight[w],
+            prefix_hit_ratio=self.wl_hit_ratio[w],
+            prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
+            equal_lengths=(np.count_nonzero(self.wl_weight[w] > 0, axis=1) == 1) & (self.spec.benchmark.range_ratio == 0),
+            **{f"overhead_{k}": v for k, v in zip(("fixed_ms", "per_prompt_token_ms", "per_output_token_ms"), self.overheads[B.profile].T)},
         )
+
+    @property
+    def overheads(self) -> np.ndarray:
+        """[profile label, 3] serving overhead terms (fixed, per prompt token, per output token; ms) of each profile axis."""
+        by_label = {a.label: a.overhead.terms for a in self.spec.profiles}
+        return np.array([by_label.get(lab, (0.0, 0.0, 0.0)) for lab in self.labels["profile"]] or [(0.0, 0.0, 0.0)], np.float64)
+
+    def benchmark_lengths(self, isl: np.ndarray, osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The mean lengths the spec's benchmark sends for workload classes ``isl``/``osl``: the classes
+        themselves (fixed, or vLLM's range ratio, symmetric about them), or the mean of InferenceX's
+        U{⌊rL⌋ .. L} under ``length_rule = "inferencex"`` (the steady state prices the requests sent)."""
+        bench = self.spec.benchmark
+        if bench.length_rule != "inferencex":
+            return isl, osl
+        ilo, ihi, olo, ohi = length_bounds(isl, osl, bench.range_ratio, "inferencex")
+        return (ilo + ihi + 1) // 2, (olo + ohi + 1) // 2
+
+    def prompts_per_client(self, concurrency: np.ndarray) -> np.ndarray:
+        """Per config: the prompts each client of its closed-loop benchmark sends (its prompt waves; 0 for
+        an open-loop benchmark, whose TTFT is the steady state's)."""
+        bench = self.spec.benchmark
+        c = np.maximum(np.asarray(concurrency, np.float64), 1.0)
+        if not bench.closed:
+            return np.zeros_like(c)
+        return np.asarray(bench.num_prompts, np.float64) / c if bench.num_prompts is not None else np.full_like(c, bench.prompts_per_client)
 
     def input_columns(self, idx: np.ndarray) -> OrderedDict[str, np.ndarray]:
         """Per-config input columns for the results (label columns as integer codes into ``labels``)."""
@@ -731,8 +815,16 @@ def binding_grid(spec: SweepSpec, axis: ProfileAxis, profile: ModelProfile) -> I
 
 def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
     """Binding points counted for a profile axis that cannot be loaded (one per listed TP, or one)."""
-    return (len(axis.tp or (1,)) * len(axis.moe_tp or (1,)) * len(axis.moe_ep or (1,)) * len(_servings(spec)) * len(spec.nextn) * max(len(spec.acceptance), 1)
-            * len(spec.max_num_seqs) * len(spec.max_num_batched_tokens))
+    return (
+        len(axis.tp or (1,))
+        * len(axis.moe_tp or (1,))
+        * len(axis.moe_ep or (1,))
+        * len(_servings(spec))
+        * len(spec.nextn)
+        * max(len(spec.acceptance), 1)
+        * len(spec.max_num_seqs)
+        * len(spec.max_num_batched_tokens)
+    )
 
 
 # ---- one binding point: config, validation, binding
@@ -898,6 +990,7 @@ def _workload_arrays(workloads: tuple[Workload, ...]) -> dict[str, np.ndarray]:
         wl_weight=np.array([list(w.weight) + [0.0] * (wmax - len(w.weight)) for w in workloads], np.float64),
         wl_mean_isl=np.array([w.mean_isl for w in workloads]),
         wl_mean_osl=np.array([w.mean_osl for w in workloads]),
+        wl_hit_ratio=np.array([w.prefix_hit_ratio for w in workloads], np.float64),
     )
 
 

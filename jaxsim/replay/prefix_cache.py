@@ -1,0 +1,116 @@
+"""Automatic prefix caching (vLLM's block-level APC, as the reference's replay implements it).
+
+Host side (numpy, plain Python): a trace's ``hash_ids`` become per-request keys of KV blocks
+(:func:`block_keys`). The reference synthesizes a prompt's token ids from its hash ids (token ``t`` of
+the prompt is the hash id of trace block ``t // trace_block_size``) and hashes the engine's KV blocks
+of ``block_size`` tokens as vLLM does (each block's hash chains its parent's): two requests share
+engine block ``j`` exactly when their hash ids agree on every trace block that covers tokens
+``[0, (j + 1) * block_size)``. The keys are small integers, one per distinct (block index, hash-id
+prefix), numbered in order of first appearance.
+
+Compiled side (JAX, pure functions of fixed-capacity arrays, one replay; vmapped at the call site):
+:class:`CacheState` is one entry per distinct key of the trace (``K`` keys plus a padding key):
+how many running requests hold the block (``refs``), whether it is cached (``cached``: its hash is
+registered in the pool), and its place in vLLM's free queue (``stamp``: blocks released later are
+evicted later; a block never released has stamp 0 and leaves the queue in the order the pool first
+handed it out). Pool accounting stays in block counts (``free`` = unheld blocks, cached or not); the
+cache only decides which prompt blocks a request admitted with nothing computed reads instead of
+computing (its leading cached blocks, at most ``(length - 1) // block_size``) and which cached blocks
+the pool evicts when it hands out free blocks (the least recently released first; blocks never
+cached are handed out before them when they were released earlier).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from jaxsim.errors import QueryError
+
+DEFAULT_TRACE_BLOCK_SIZE = 512  # Mooncake: one hash id per 512 prompt tokens (the reference's default)
+
+
+def check_hash_ids(hash_ids: Sequence[int], input_tokens: int, trace_block_size: int) -> str | None:
+    """Why ``hash_ids`` do not describe a prompt of ``input_tokens`` tokens at ``trace_block_size``
+    tokens per hash (None when they do): one hash per started trace block, ``ceil(input / size)``."""
+    want = -(-int(input_tokens) // int(trace_block_size))
+    if len(hash_ids) != want:
+        return (f"{len(hash_ids)} hash_ids for {int(input_tokens)} input tokens at {int(trace_block_size)} tokens per hash "
+                f"(expected {want})")
+    return None
+
+
+def block_keys(
+    hash_ids: Sequence[Sequence[int]], input_tokens: Sequence[int] | np.ndarray, trace_block_size: int, block_size: int,
+) -> tuple[list[np.ndarray], int]:
+    """Per request, the keys (int64, from 0) of its prompt's full KV blocks of ``block_size`` tokens,
+    and the number of distinct keys. Equal keys are equal blocks (same position, same tokens)."""
+    tbs, bs = int(trace_block_size), int(block_size)
+    nodes: dict[tuple[int, int], int] = {}  # (parent trie node, hash id) -> node of that hash-id prefix
+    keys: dict[tuple[int, int], int] = {}  # (block index, trie node of its covering prefix) -> key
+    out = []
+    for hashes, n in zip(hash_ids, input_tokens):
+        full = int(n) // bs
+        path = []
+        node = -1
+        needed = -(-full * bs // tbs) if full else 0
+        for h in list(hashes)[:needed]:
+            node = nodes.setdefault((node, int(h)), len(nodes))
+            path.append(node)
+        row = np.empty(full, np.int64)
+        for j in range(full):
+            covering = path[((j + 1) * bs - 1) // tbs]
+            row[j] = keys.setdefault((j, covering), len(keys))
+        out.append(row)
+    return out, len(keys)
+
+
+def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> list[list[int]]:
+    """The ``hash_ids`` of a Mooncake JSONL trace, in row order, each checked against its row's
+    ``input_length`` at ``trace_block_size`` tokens per hash (:func:`check_hash_ids`). Bad input: a
+    one-line :class:`~jaxsim.errors.QueryError` naming the file and the 1-based row."""
+    from jaxsim.replay.traces import _read_jsonl
+
+    if isinstance(trace_block_size, bool) or int(trace_block_size) != trace_block_size or int(trace_block_size) < 1:
+        raise QueryError(f"trace_block_size={trace_block_size!r} must be an integer >= 1")
+    path = Path(path)
+    out = []
+    for i, obj in _read_jsonl(path):
+        where = f"{path}: row {i}"
+        hashes = obj.get("hash_ids")
+        if not isinstance(hashes, list) or not hashes:
+            raise QueryError(f"{where}: hash_ids must be a non-empty list of integers (prefix caching reads them)")
+        if any(isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in hashes):
+            raise QueryError(f"{where}: hash_ids must be integers >= 0")
+        n = obj.get("input_length")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise QueryError(f"{where}: input_length={n!r} must be an integer >= 1")
+        why = check_hash_ids(hashes, n, trace_block_size)
+        if why is not None:
+            raise QueryError(f"{where}: {why}")
+        out.append([int(h) for h in hashes])
+    return out
+
+
+def measured_hit_ratio(hash_ids: Sequence[Sequence[int]], input_tokens: Sequence[int],
+                       trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> float:
+    """The share of a trace's prompt tokens an unbounded prefix cache would serve, requests in trace
+    order: each prompt's leading full trace blocks seen in an earlier prompt (at most ``(length - 1)
+    // trace_block_size`` of them: one token is always computed), over all prompt tokens. An upper
+    bound of what a finite pool and a smaller engine block keep (the steady-state ratio a sweep
+    workload uses; a replay measures the real one)."""
+    keys, _ = block_keys(hash_ids, input_tokens, trace_block_size, trace_block_size)
+    seen: set[int] = set()
+    hit = 0
+    for row, n in zip(keys, input_tokens):
+        limit = (int(n) - 1) // int(trace_block_size)
+        j = 0
+        while j < min(limit, len(row)) and int(row[j]) in seen:
+            j += 1
+        hit += j * int(trace_block_size)
+        seen.update(int(k) for k in row)
+    total = int(np.sum(np.asarray(input_tokens, np.int64)))
+    return float(hit) / total if total else 0.0

@@ -1,0 +1,209 @@
+"""Validation on real runs held out by GPU (issue 27, Deliver 4): aiconfigurator-core's silicon sample, vLLM aggregated.
+
+For every vLLM aggregated row without attention DP of ``systems/silicon_sample.csv`` (inside the installed
+aiconfigurator-core; ``pip install -e '.[opmodel]'``) this evaluates, as :mod:`scripts.opmodel_coverage` does and with
+its cache (WORK/rows.jsonl for aiconfigurator's estimates, WORK/profiles; its own WORK/bench-rows.jsonl and sweeps):
+jaxsim (``jaxsim import op-model`` of the row's cell, then ``jaxsim sweep`` at its concurrency and lengths: the steady
+state with its closed-loop benchmark's prompt waves, all C sent at once) and aiconfigurator's own estimate of the same
+row (``VLLMBackend.run_agg``, as its accuracy harness calls it), each row's sweep under the sample's own benchmark protocol (:data:`BENCHMARK`,
+InferenceX's: 10 prompts per client, lengths U{0.8 L .. L}). Then:
+
+* the serving overhead (:mod:`jaxsim.overhead`: TTFT + fixed + per prompt token × ISL, TPOT + per output token) is
+  fitted ONLY on the h100_sxm and h200_sxm rows jaxsim evaluates (:func:`jaxsim.overhead.fit_overhead`);
+* the b200_sxm, b300_sxm and gb200 rows (never fitted) that both tools evaluate are scored: median and p90 absolute
+  % error of mean TTFT and TPOT for aiconfigurator, jaxsim without the overhead and jaxsim with it, per model family
+  and overall, measured in the same run.
+
+It prints one summary line (and, with ``--report``, writes the Markdown tables). ``--models`` restricts the model
+families (substrings of model ids; the default is every model) and ``--cells-per-system N`` keeps the N cells
+(precision × TP) with the most rows per (model, system), so a run on 2 CPU cores can be a stated subsample.
+
+  PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov [--models Llama-3.1-70B,gpt-oss-120b] [--report part.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import opmodel_coverage as cov  # noqa: E402
+
+from jaxsim.overhead import fit_overhead  # noqa: E402
+
+FIT_SYSTEMS = ("h100_sxm", "h200_sxm")
+HELD_OUT_SYSTEMS = ("b200_sxm", "b300_sxm", "gb200", "gb200_sxm")
+
+
+BENCHMARK = {"prompts_per_client": 10, "range_ratio": 0.8, "length_rule": "inferencex"}
+"""The sample's benchmark protocol, InferenceX's (its README's client configuration: ``benchmark_serving.py --dataset-name
+random --random-range-ratio 0.8 --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf --ignore-eos``;
+the rows' ISL/OSL/concurrency grid, (1024, 1024), (1024, 8192), (8192, 1024) at 4-64, is InferenceX's)."""
+
+
+def _load(path: Path) -> dict[str, dict]:
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                out[d["id"]] = d["result"]
+    return out
+
+
+def collect(work: Path, todo: list[dict], results: dict[str, dict]) -> None:
+    """jaxsim (import cached by opmodel_coverage, sweep under :data:`BENCHMARK`) and aiconfigurator (from
+    opmodel_coverage's WORK/rows.jsonl when there, else computed) per row, appended to WORK/bench-rows.jsonl."""
+    import time
+
+    known = _load(work / "rows.jsonl")
+    cells = defaultdict(list)
+    for r in todo:
+        cells[cov.cell_key(r, cov.is_moe(r["model_path"]))].append(r)
+    t_all = time.perf_counter()
+    with (work / "bench-rows.jsonl").open("a") as out:
+        for n, (key, cell_rows) in enumerate(sorted(cells.items(), key=lambda kv: str(kv[0]))):
+            t0 = time.perf_counter()
+            try:
+                jx = cov.jaxsim_cell(work, key, cell_rows)
+            except Exception as e:  # noqa: BLE001 - a bug here must not lose the other cells
+                jx = {r["id"]: {"jaxsim": False, "jaxsim_reason": f"script error: {type(e).__name__}: {e}"} for r in cell_rows}
+            for r in cell_rows:
+                res = dict(jx[r["id"]])
+                old = known.get(r["id"])
+                res.update({k: v for k, v in old.items() if k.startswith("aic")} if old and "aic" in old else cov.aic_row(r))
+                out.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
+                out.flush()
+                results[r["id"]] = res
+            print(f"[{n + 1}/{len(cells)}] {key}: {sum(jx[r['id']].get('jaxsim', False) for r in cell_rows)}/{len(cell_rows)} evaluated, "
+                  f"{time.perf_counter() - t0:.1f} s ({time.perf_counter() - t_all:.0f} s total)", file=sys.stderr)
+
+
+def family(model: str) -> str:
+    return model.split("/")[-1]
+
+
+def _pct(e: list[float]) -> tuple[float, float]:
+    if not e:
+        return float("nan"), float("nan")
+    a = np.asarray(e, np.float64) * 100
+    return float(np.percentile(a, 50)), float(np.percentile(a, 90))
+
+
+def _err(pred, meas) -> float:
+    return abs(pred / meas - 1.0)
+
+
+def score(rows: list[dict], ov) -> dict:
+    """Per group: rows, TTFT/TPOT (median, p90) % for aiconfigurator, jaxsim and jaxsim + overhead."""
+    out = {}
+    for r in rows:
+        mt, mp = float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])
+        jt, jp = float(r["jaxsim_ttft_ms"]), float(r["jaxsim_tpot_ms"])
+        e = {
+            "aiconfigurator": (_err(float(r["aic_ttft_ms"]), mt), _err(float(r["aic_tpot_ms"]), mp)),
+            "jaxsim": (_err(jt, mt), _err(jp, mp)),
+            "jaxsim + overhead": (_err(jt + float(ov.ttft_ms(int(r["isl"]))), mt), _err(jp + ov.per_output_token_ms, mp)),
+        }
+        for g in (family(r["model_path"]), "overall"):
+            d = out.setdefault(g, defaultdict(lambda: ([], [])))
+            for who, (a, b) in e.items():
+                d[who][0].append(a)
+                d[who][1].append(b)
+    return {g: {who: {"n": len(v[0]), "ttft": _pct(v[0]), "tpot": _pct(v[1])} for who, v in d.items()} for g, d in out.items()}
+
+
+def table(scores: dict) -> str:
+    lines = ["| model family | rows | who | TTFT median / p90 abs error | TPOT median / p90 abs error |", "|---|---:|---|---:|---:|"]
+    for g in sorted(scores, key=lambda k: (k == "overall", k)):
+        for who, s in scores[g].items():
+            lines.append(f"| {'**overall**' if g == 'overall' else g} | {s['n']} | {who} | {s['ttft'][0]:.1f} % / {s['ttft'][1]:.1f} % | "
+                         f"{s['tpot'][0]:.1f} % / {s['tpot'][1]:.1f} % |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/jaxsim-opmodel-coverage"), help="cache folder (shared with opmodel_coverage.py)")
+    ap.add_argument("--models", default="", help="comma-separated substrings of model ids to keep (a subsample)")
+    ap.add_argument("--cells-per-system", type=int, default=0,
+                    help="keep only the N cells (precision x TP) with the most rows per (model, system): a subsample; 0 = all")
+    ap.add_argument("--cached-only", action="store_true", help="score only the rows already in WORK/rows.jsonl (evaluate nothing new)")
+    ap.add_argument("--report", type=Path, help="write the Markdown tables here")
+    args = ap.parse_args()
+    logging.disable(logging.WARNING)
+    rows = [r for r in cov.agg_rows() if (cov._int(r["attention_dp_size"]) or 1) == 1]
+    if args.models:
+        keep = [m.strip().lower() for m in args.models.split(",") if m.strip()]
+        rows = [r for r in rows if any(k in r["model_path"].lower() for k in keep)]
+    if args.cells_per_system:
+        cells = defaultdict(list)
+        for r in rows:
+            cells[(r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"])].append(r)
+        best = defaultdict(list)
+        for k, v in sorted(cells.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))):
+            if len(best[k[:2]]) < args.cells_per_system:
+                best[k[:2]].append(k)
+        keep_cells = {k for ks in best.values() for k in ks}
+        rows = [r for r in rows if (r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"]) in keep_cells]
+    args.work.mkdir(parents=True, exist_ok=True)
+    cov.BENCHMARK = BENCHMARK
+    results = _load(args.work / "bench-rows.jsonl")
+    todo = [r for r in rows if r["id"] not in results]
+    if todo and not args.cached_only:
+        print(f"{len(rows)} rows, {len(todo)} to evaluate; work folder {args.work}", file=sys.stderr)
+        collect(args.work, todo, results)
+    rows = [dict(r, **results[r["id"]]) for r in rows if r["id"] in results]
+    fit_rows = [r for r in rows if r["system"] in FIT_SYSTEMS and r.get("jaxsim")]
+    if len(fit_rows) < 4:
+        sys.exit(f"error: {len(fit_rows)} h100/h200 rows evaluated by jaxsim: too few to fit the overhead")
+    ov = fit_overhead([int(r["isl"]) for r in fit_rows], [r["jaxsim_ttft_ms"] for r in fit_rows], [r["jaxsim_tpot_ms"] for r in fit_rows],
+                      [float(r["silicon_ttft_ms"]) for r in fit_rows], [float(r["silicon_tpot_ms"]) for r in fit_rows],
+                      f"fitted from aiconfigurator-core systems/silicon_sample.csv, {len(fit_rows)} vLLM aggregated rows on h100_sxm/h200_sxm")
+    held = [r for r in rows if r["system"] in HELD_OUT_SYSTEMS]
+    both = [r for r in held if r.get("jaxsim") and r.get("aic")]
+    fams = sorted({family(r["model_path"]) for r in rows})
+    fit_scores = score([r for r in fit_rows if r.get("aic")], ov)
+    held_scores = score(both, ov)
+    o = held_scores.get("overall")
+    cover = (f"held-out rows (b200/b300/gb200): {len(held)}; jaxsim evaluates {sum(bool(r.get('jaxsim')) for r in held)}, "
+             f"aiconfigurator {sum(bool(r.get('aic')) for r in held)}, both {len(both)}")
+    text = "\n".join([
+        f"Rows: {len(rows)} vLLM aggregated rows without attention DP of the model families {', '.join(fams)}; {cover}.",
+        "",
+        f"Serving overhead fitted on the h100_sxm / h200_sxm rows only ({len(fit_rows)} rows jaxsim evaluates): {ov.describe()}.",
+        "",
+        "Held out (b200_sxm, b300_sxm, gb200; never fitted), rows both tools evaluate:",
+        "",
+        table(held_scores),
+        "",
+        "For comparison, the fitted rows (h100_sxm / h200_sxm) both evaluate:",
+        "",
+        table(fit_scores),
+    ])
+    if args.report:
+        args.report.write_text(text + "\n")
+    else:
+        print(text)
+    if o:
+        j, a, jo = o["jaxsim + overhead"], o["aiconfigurator"], o["jaxsim"]
+        print(f"held-out b200/b300/gb200, {j['n']} rows both evaluate: TTFT median/p90 jaxsim+overhead {j['ttft'][0]:.1f}/{j['ttft'][1]:.1f} % "
+              f"(no overhead {jo['ttft'][0]:.1f}/{jo['ttft'][1]:.1f}, aiconfigurator {a['ttft'][0]:.1f}/{a['ttft'][1]:.1f}); TPOT "
+              f"{j['tpot'][0]:.1f}/{j['tpot'][1]:.1f} % (no overhead {jo['tpot'][0]:.1f}/{jo['tpot'][1]:.1f}, aiconfigurator "
+              f"{a['tpot'][0]:.1f}/{a['tpot'][1]:.1f}); overhead {ov.fixed_ms:.1f} ms + {ov.per_prompt_token_ms:.4f} ms/prompt token + "
+              f"{ov.per_output_token_ms:.3f} ms/output token from {len(fit_rows)} h100/h200 rows")
+    else:
+        print(f"held-out: no row both tools evaluate ({cover})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
