@@ -134,6 +134,23 @@ def draw_prefix_case(seed: int) -> dict:
     return case
 
 
+def mooncake_case(n: int, blocks: int) -> dict:
+    """The first ``n`` requests of the bundled ``mooncake_conversation_1k`` (its own hash_ids, 512 tokens per
+    hash) on one autoregressive worker with a dense SYNTHETIC table: block 16, context 131072, 64 sequences,
+    8192 batched tokens, ``blocks`` KV blocks."""
+    from jaxsim.replay.traces import bundled_trace_path
+
+    rows = [json.loads(x) for x in bundled_trace_path("mooncake_conversation_1k").read_text().splitlines() if x.strip()][:n]
+    return {
+        "seed": 0, "k": 0, "accepted": 0, "context": 131072, "block_size": 16, "max_num_seqs": 64, "max_num_batched_tokens": 8192,
+        "blocks": blocks, "decode_batches": [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64],
+        "coef": {"d0": 8.0, "db": 0.1, "dkv": 2e-5, "p0": 3.0, "pt": 0.02, "pkv": 2e-6, "pb": 0.1, "spec": 1.0, "noise": 0.02},
+        "requests": [{"timestamp": float(r["timestamp"]), "input_length": int(r["input_length"]), "output_length": int(r["output_length"])}
+                     for r in rows],
+        "trace_block_size": 512, "hash_ids": [r["hash_ids"] for r in rows],
+    }
+
+
 def _row(case: dict, kind: str, b: int, t: int, kv: int, lat: float) -> dict:
     ep = execution_profile(case)
     native = {"timing_scope": "model_step_cuda", "timing_boundary": "model_step_cuda", "measurement_reduction": "single_sample",
@@ -459,6 +476,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds the reference may take per seed")
     ap.add_argument("--keep-agreeing", action="store_true")
     ap.add_argument("--prefix", action="store_true", help="prefix caching on, shared-prefix traces (see the docstring)")
+    ap.add_argument("--mooncake", type=int, default=0, metavar="N",
+                    help="instead of seeds: the first N requests of mooncake_conversation_1k, prefix caching on (mooncake_case)")
+    ap.add_argument("--blocks", type=int, default=100_000, help="KV blocks for --mooncake (16 tokens each)")
     args = ap.parse_args()
     if ":" in args.seeds:
         a, b = args.seeds.split(":")
@@ -470,6 +490,23 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
           f"{len(seeds)} seeds; reference timeout {args.timeout:g} s", flush=True)
+    if args.mooncake:
+        case = mooncake_case(args.mooncake, args.blocks)
+        d = work / f"mooncake-{args.mooncake}-{args.blocks}"
+        write_case(case, d)
+        t = time.perf_counter()
+        ref = run_reference(cli, d, args.timeout)
+        t_ref = time.perf_counter() - t
+        t = time.perf_counter()
+        mine = run_oracle(case, d)
+        t_mine = time.perf_counter() - t
+        cls, detail = compare(ref, mine)
+        rows = mine["rows"].values()
+        ttft = [r["ttft_ms"] for r in rows if r["ttft_ms"] is not None]
+        hit = sum(r["hit_tokens"] for r in rows) / max(sum(x["input_length"] for x in case["requests"]), 1)
+        print(f"mooncake_conversation_1k first {args.mooncake}, {args.blocks} blocks: {cls}: {detail}; mean TTFT "
+              f"{np.mean(ttft) / 1e3:.2f} s, hit tokens {hit:.1%} of prompt tokens; reference {t_ref:.0f} s, oracle {t_mine:.0f} s")
+        sys.exit(0 if cls != "DIFFERENT" else 1)
     counts: dict[str, int] = {}
     stops: dict[str, int] = {}
     different = []

@@ -108,24 +108,24 @@ class _Req:
         return self.prompt + self.gen
 
 
-UNHASHED_FIRST = False
-DEDUP_DECODE_KV = False
-RELEASE_REVERSED = True
-
-
 class _Pool:
-    """vLLM's block pool (``vllm/v1/core/block_pool.py``), one block at a time: a free queue (never-used
-    blocks first, in id order; freed blocks appended, a request's blocks tail first), reference counts,
-    and the hash -> block map of cached full blocks. Allocating a free block evicts its hash."""
+    """The reference's vLLM block pool, one block at a time: reference counts, a hash -> block map of
+    cached full blocks, and two kinds of free blocks: blocks holding no cached hash (never used, or
+    released without one), handed out first, and cached blocks nobody holds, in release order (a
+    request releases its blocks tail first, so its prefix is evicted last); handing one of those out
+    evicts its hash (least recently released first). vLLM keeps both kinds in one free queue; the
+    reference's replay hands out uncached blocks before evicting any (measured: seeds 10 and 67 of
+    ``scripts/diff_replay_vs_reference.py --prefix``)."""
 
     def __init__(self, n):
         self.hash = [None] * n
         self.ref = [0] * n
-        self.queue = dict.fromkeys(range(n))  # ordered: the front is evicted first
+        self.plain = dict.fromkeys(range(n))  # free blocks holding no cached hash (ordered; any order would do)
+        self.queue = {}  # free cached blocks, least recently released first
         self.cached = {}  # block key -> [block ids] (the first serves hits)
 
     def free_count(self):
-        return len(self.queue)
+        return len(self.plain) + len(self.queue)
 
     def hits(self, keys, limit):
         """Leading cached blocks of ``keys``, at most ``limit``."""
@@ -145,12 +145,13 @@ class _Pool:
     def take(self, m):
         out = []
         for _ in range(m):
-            b = next((x for x in self.queue if self.hash[x] is None), None) if UNHASHED_FIRST else None
-            if b is None:
+            if self.plain:
+                b = next(iter(self.plain))
+                del self.plain[b]
+            else:
                 b = next(iter(self.queue))
-            del self.queue[b]
-            h = self.hash[b]
-            if h is not None:
+                del self.queue[b]
+                h = self.hash[b]
                 self.cached[h].remove(b)
                 if not self.cached[h]:
                     del self.cached[h]
@@ -160,10 +161,13 @@ class _Pool:
         return out
 
     def release(self, blocks):
-        for b in (reversed(blocks) if RELEASE_REVERSED else blocks):
+        for b in reversed(blocks):  # tail first: the request's prefix is evicted last
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.queue[b] = None
+                if self.hash[b] is None:
+                    self.plain[b] = None
+                else:
+                    self.queue[b] = None
 
     def register(self, blocks, keys, lo, hi):
         for j in range(lo, hi):
@@ -185,11 +189,13 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     hold no slot.
 
     ``block_keys`` (prefix caching on): per request, the keys of its prompt's full KV blocks
-    (:func:`jaxsim.replay.prefix_cache.block_keys`); blocks holding generated tokens are never shared.
+    (:func:`jaxsim.replay.prefix_cache.block_keys`); blocks holding generated tokens are keyed by
+    their request (never shared, but a preempted request's recompute reads them back while cached).
     A request admitted with nothing computed first reads its leading cached blocks (at most
     ``(length - 1) // block_size``: one token is always computed); a block is cached once a pass
     allocates it full of known prompt tokens, and stays cached after its holders release it until
-    the pool hands it out again (vLLM's free queue: least recently released first)."""
+    the pool hands it out again (blocks holding no cached hash first, then the least recently
+    released cached block)."""
     K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
     rates = np.asarray(accept_rates)[:K]
     assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
@@ -214,10 +220,17 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     now, passes, status = 0.0, 0, "completed"
     free = pool.free_count
 
+    def keys(r, n):
+        """Keys of the request's first ``n`` blocks: its prompt's, then blocks holding generated tokens
+        (the request's own: only its recompute can read them)."""
+        return r.keys[:n] + [("generated", r.i, j) for j in range(len(r.keys), n)]
+
     def grow(r, tokens):
-        """Blocks for ``tokens`` tokens; full prompt blocks among them are cached."""
+        """Blocks for ``tokens`` tokens; full blocks of known tokens among them are cached."""
         r.blocks += pool.take(max(blocks(tokens) - len(r.blocks), 0))
-        pool.register(r.blocks, r.keys, 0, min(tokens // bs, len(r.keys)))
+        if block_keys is not None:
+            full = min(tokens, r.length) // bs
+            pool.register(r.blocks, keys(r, full), 0, full)
 
     def release(r):
         pool.release(r.blocks)
@@ -264,7 +277,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
         if not preempted:
             while waiting and len(running) < S:
                 r = waiting[0]
-                hit = pool.hits(r.keys, (r.length - 1) // bs) if block_keys is not None else []
+                hit = pool.hits(keys(r, (r.length - 1) // bs), (r.length - 1) // bs) if block_keys is not None else []
                 cached = len(hit) * bs
                 n = min(r.length - cached, budget)
                 # the whole known sequence must fit; cached blocks nobody holds are free but get taken
@@ -312,12 +325,6 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             p_ms = _dur(float(lat[0]))
         if dec:
             q = (len(dec), sum(r.length - 1 for r in dec))
-            if DEDUP_DECODE_KV:
-                held = {}
-                for r in dec:
-                    for b in r.blocks[: (r.length - 1) // bs]:
-                        held[b] = held.get(b, 0) + 1
-                q = (q[0], q[1] - bs * sum(c - 1 for c in held.values()))
             lat, code = decode_batch(table, np.array([q[0]]), np.array([q[1]]))
             lookups.append(("decode",) + q)
             if int(code[0]) >= 16:

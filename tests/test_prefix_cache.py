@@ -218,7 +218,9 @@ def test_sweep_workload_prefix_hit_ratio_lowers_ttft():
         m = fn(plan.tables[g.prefill_table], plan.tables[g.decode_table], jnp.asarray(g.disaggregated), plan.rounds_table(),
                ev.SLABounds.of(SLA()), cfgs)
         out[ratio] = np.asarray(m.mean_ttft_ms)
-    assert np.all(out[0.5] < out[0.0])
+    both = np.isfinite(out[0.5]) & np.isfinite(out[0.0])  # NaN: a lookup outside the table's support (the closed loop's prompt wave)
+    assert both.any() and np.all(out[0.5][both] < out[0.0][both])
+    assert np.all(np.isfinite(out[0.5]) >= np.isfinite(out[0.0]))  # a cached prefix never leaves support where computing it all stays inside
 
 
 def jax_tree_asarray(tree):

@@ -22,6 +22,19 @@ Example (a workload inside the bundled Llama-3.1-8B profile's measured support):
 """
 
 
+PREFIX_HELP = """Check a Mooncake trace's hash_ids and report its prefix sharing.
+
+Each prompt must carry one hash id per started block of --trace-block-size tokens (bad rows are refused
+with the file and row). Prints the distinct KV blocks at the engine's --block-size and the share of
+prompt tokens an unbounded prefix cache would serve in trace order (the sweep's prefix_hit_ratio =
+"measured"). See docs/prefix_caching.md.
+
+Example:
+
+  jaxsim trace prefix mooncake_conversation_1k
+"""
+
+
 def register(app: typer.Typer) -> None:
     trace_app = typer.Typer(help="Request traces: bundled excerpts and synthetic arrivals.", no_args_is_help=True)
     app.add_typer(trace_app, name="trace")
@@ -38,6 +51,32 @@ def register(app: typer.Typer) -> None:
                 f"{int(np.max(t.input_tokens))} tokens (median {int(np.median(t.input_tokens))}), output "
                 f"{int(np.min(t.output_tokens))}..{int(np.max(t.output_tokens))} (median {int(np.median(t.output_tokens))})"
             )
+
+    @trace_app.command("prefix", help=PREFIX_HELP)
+    @guarded
+    def prefix_cmd(
+        trace: str = typer.Argument(..., help="A Mooncake JSONL trace with hash_ids, or a bundled trace name."),
+        trace_block_size: int = typer.Option(512, "--trace-block-size", help="Prompt tokens per hash id (Mooncake: 512)."),
+        block_size: int = typer.Option(16, "--block-size", help="Engine KV block in tokens (hits are whole blocks)."),
+    ) -> None:
+        import json
+
+        from jaxsim.replay.prefix_cache import block_keys, measured_hit_ratio, read_hash_ids
+        from jaxsim.replay.traces import bundled_trace_path, list_traces
+
+        if block_size < 1:
+            fail(f"--block-size={block_size} must be an integer >= 1")
+        path = bundled_trace_path(trace) if trace in list_traces() else Path(trace)
+        if not path.is_file():
+            fail(f"{trace}: no such trace file or bundled trace (bundled: {', '.join(list_traces())})")
+        hashes = read_hash_ids(path, trace_block_size)
+        lengths = [int(json.loads(x)["input_length"]) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        keys, distinct = block_keys(hashes, lengths, trace_block_size, block_size)
+        total = sum(lengths)
+        typer.echo(f"{path.name}: {len(lengths)} prompts, {total:,} prompt tokens; {distinct:,} distinct of "
+                   f"{sum(len(k) for k in keys):,} full {block_size}-token KV blocks")
+        typer.echo(f"prefix-hit ratio with an unbounded cache (trace order, {trace_block_size}-token hash blocks): "
+                   f"{measured_hit_ratio(hashes, lengths, trace_block_size):.4f}")
 
     @trace_app.command("synth", help=SYNTH_HELP)
     @guarded

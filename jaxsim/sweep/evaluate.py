@@ -432,7 +432,9 @@ def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     all ``n`` prompts when they fit in it); its time, its prefill tokens and whether the wave saturates
     the budget."""
     step = cfg.nextn + 1
-    isl_bar = jnp.sum(mix.w * cfg.isl.astype(jnp.float64))
+    cached = cached_prompt_tokens(cfg).astype(jnp.float64)  # read from the prefix cache, not computed
+    isl_bar = jnp.sum(mix.w * (cfg.isl.astype(jnp.float64) - cached))  # computed prompt tokens
+    cached_bar = jnp.sum(mix.w * cached)
     wave = n.astype(jnp.float64) * isl_bar
     budget0 = cfg.max_num_batched_tokens
     saturated = wave > budget0
@@ -442,7 +444,7 @@ def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     # one prompt at a time), as one prompt of all the pass's tokens
     budget = jnp.maximum(budget0 - num_d * step, 1)
     toks = jnp.where(saturated, budget, jnp.round(wave).astype(jnp.int64))
-    kv = jnp.where(saturated, jnp.round(isl_bar / 2.0), 0.0).astype(jnp.int64)  # cached prefix of the prompts carried over
+    kv = jnp.round(jnp.where(saturated, isl_bar / 2.0, 0.0) + cached_bar).astype(jnp.int64)  # prefix carried over + prefix cache
     dkv = jnp.minimum(jnp.round(num_d.astype(jnp.float64) * kv_mid).astype(jnp.int64), cfg.kv_blocks * cfg.block_size)
     lat, code = scheduler_pass_latency_ms(t, num_p, toks, kv, num_d, dkv)
     lat1, code1 = scheduler_pass_latency_ms(t, jnp.ones_like(num_p), toks, kv, num_d, dkv)
@@ -465,7 +467,7 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     lat, budget, saturated, code = queue_pass_ms(t, cfg, mix, n, kv_mid)
     nf = n.astype(jnp.float64)
     bf = budget.astype(jnp.float64)
-    isl = cfg.isl.astype(jnp.float64)
+    isl = (cfg.isl - cached_prompt_tokens(cfg)).astype(jnp.float64)  # the prompt tokens a wave computes
     isl_bar = jnp.sum(mix.w * isl)
 
     def first_passes(k):  # [W] passes until the client in position k has its first token
