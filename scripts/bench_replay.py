@@ -366,6 +366,10 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
     from jaxsim.replay.orchestrate import run_replays
     from jaxsim.replay.traces import load_trace
 
+    if os.environ.get("BENCH_LOOKAHEAD"):  # A/B of decode stretches: this lookahead for every group
+        from jaxsim.replay import runner
+
+        runner.stretch_lookahead = lambda n_items: int(os.environ["BENCH_LOOKAHEAD"])
     configs = configs_from_sweep(spec)
     tr = load_trace(str(trace))
     first: dict = {}
