@@ -53,6 +53,8 @@ ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B"}  # aicon
 PARALLEL = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 BENCHMARK: dict | None = None
 """A sweep spec ``[benchmark]`` table for every cell's sweep (None: the default closed loop, fixed lengths)."""
+EVALUATE = "steady"
+"""How a BENCHMARK sweep evaluates its points: the steady state, or a replay of each point's benchmark."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode")
 
@@ -171,7 +173,8 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     folder = "sweeps"
     if BENCHMARK is not None:  # the sample's own benchmark protocol (scripts/benchmark_accuracy.py), its own cache
         spec["benchmark"] = dict(BENCHMARK)
-        folder = "sweeps-" + slug(json.dumps(BENCHMARK, sort_keys=True))[-8:]
+        spec["evaluate"] = EVALUATE
+        folder = "sweeps-" + slug(json.dumps([BENCHMARK, EVALUATE], sort_keys=True))[-8:]
     out = work / folder / f"{name}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
