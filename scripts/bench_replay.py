@@ -9,12 +9,18 @@ and the first 1,000 requests of the bundled Azure conversation excerpt with arri
   configurations (max_num_seqs 16..256 x max_num_batched_tokens; 1,024 adds a finer token axis),
   compile time with a cold persistent cache, replay time, and the process's peak RSS;
 * jaxsim whole CLI (`jaxsim replay`, `jaxsim replay --sweep`) for 1 and 256 configurations, with a cold
-  and a warm persistent compile cache, wall time and peak RSS.
+  and a warm persistent compile cache, wall time and peak RSS;
+* scheduler passes against loop steps (a loop step runs a decode stretch of several passes and one pass:
+  jaxsim.replay.stretch) for every jaxsim run;
+* long traces (``--long 10000,100000``): the trace tiled to 10^4 / 10^5 requests (each copy after the
+  previous one's last arrival), one configuration, the reference's whole CLI (and its engine time)
+  against jaxsim's whole CLI with a cold and a warm cache, side by side, and per-request agreement.
 
 Rates are completed request-replays per second. The reference replays one configuration per process,
 so its rate for N configurations is its per-process rate times the processes the machine runs at once.
 
-  python scripts/bench_replay.py [--reference-venv DIR] [--sizes 1,64,256,1024] [--cli-sizes 1,256] [--json out.json]
+  python scripts/bench_replay.py [--reference-venv DIR] [--sizes 1,64,256,1024] [--cli-sizes 1,256] [--long 10000,100000]
+                                 [--json out.json]
 
 Install the reference in a venv of its own (it pins its own jax; see DEVELOPERS.md):
   python3 -m venv /tmp/ais && /tmp/ais/bin/pip install "aisimulate==0.13.0.dev202610270000000085"
@@ -360,6 +366,10 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
     from jaxsim.replay.orchestrate import run_replays
     from jaxsim.replay.traces import load_trace
 
+    if os.environ.get("BENCH_LOOKAHEAD"):  # A/B of decode stretches: this lookahead for every group
+        from jaxsim.replay import runner
+
+        runner.stretch_lookahead = lambda n_items: int(os.environ["BENCH_LOOKAHEAD"])
     configs = configs_from_sweep(spec)
     tr = load_trace(str(trace))
     first: dict = {}
@@ -371,8 +381,53 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
         "configs": len(configs), "completed": done, "replays_completed": sum(o.status_text == "completed" for o in outs),
         "compile_s": first.get("compile_s", 0.0), "compilations": first.get("compilations", 0),
         "run_cold_s": first.get("run_s", 0.0), "run_s": again.get("run_s", 0.0),
+        "passes": again.get("passes", 0), "loop_steps": again.get("loop_steps", 0),
         "peak_rss_mb": _rss_mb(resource.getrusage(resource.RUSAGE_SELF)),
     }))
+
+
+def tiled_requests(reqs: list[tuple[float, int, int]], n: int) -> list[tuple[float, int, int]]:
+    """``reqs`` repeated to ``n`` requests, each copy 1 s after the previous copy's last arrival."""
+    out = list(reqs)
+    while len(out) < n:
+        shift = out[-1][0] + 1000.0
+        out += [(a + shift, i, o) for a, i, o in reqs[: n - len(out)]]
+    return out[:n]
+
+
+def long_trace(n: int, args, work: Path, pdir: Path, ref_cli: Path | None, jaxsim_cli: str, env0: dict) -> dict:
+    """One configuration on the trace tiled to ``n`` requests: the reference's whole CLI and jaxsim's (cold and
+    warm cache), side by side."""
+    trace = work / f"trace-{n}.jsonl"
+    write_trace(trace, tiled_requests(read_requests(bundled_trace(args.trace), args.requests), n), args.time_scale)
+    row: dict = {"requests": n}
+    if ref_cli is not None:
+        cfg = work / f"reference-{n}.yaml"
+        cfg.write_text(json.dumps(reference_config(pdir, trace, args.seqs, args.tokens, 16), indent=1))
+        r = run_reference(str(ref_cli), cfg, work / f"ref-long-{n}", work)
+        pred = r.pop("prediction")
+        row["reference"] = {"engine_s": r["engine_wall_s"], "cli_s": r["cli_wall_s"], "completed": r["completed"]}
+    cfg = work / "jaxsim-1.toml"
+    jaxsim_config(cfg, pdir, args.seqs, args.tokens, 16)
+    cache = work / f"cache-long-{n}"
+    shutil.rmtree(cache, ignore_errors=True)
+    out = work / f"long-{n}.parquet"
+    for tag in ("cold", "warm"):
+        r = run_child([jaxsim_cli, "replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json", "--no-progress", "--force"],
+                      dict(env0, JAXSIM_CACHE_DIR=str(cache)))
+        if r["rc"] != 0:
+            row[tag] = {"wall_s": float("nan"), "peak_rss_mb": r["peak_rss_mb"], "timings": {}, "error": r["stderr"][-500:]}
+            continue
+        js = json.loads(r["stdout"][r["stdout"].index("{"):])
+        row[tag] = {"wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"], "timings": js["timings"]}
+    if ref_cli is not None and out.is_file():
+        row["agreement"] = agreement(pred, out)
+    rr = row.get("reference", {})
+    print(f"{n:,} requests, one config: reference CLI {rr.get('cli_s', float('nan')):.1f} s (engine {rr.get('engine_s', float('nan')):.1f} s); "
+          f"jaxsim CLI cold {row['cold']['wall_s']:.1f} s, warm {row['warm']['wall_s']:.1f} s (peak RSS {row['warm']['peak_rss_mb']:,.0f} MB, "
+          f"{row['warm']['timings'].get('passes', 0):,} passes in {row['warm']['timings'].get('loop_steps', 0):,} loop steps); "
+          f"agreement {row.get('agreement')}")
+    return row
 
 
 def main() -> None:
@@ -386,6 +441,7 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.5)
     ap.add_argument("--seqs", type=int, default=128, help="max_num_seqs of the 1-config comparison")
     ap.add_argument("--tokens", type=int, default=8192, help="max_num_batched_tokens of the 1-config comparison")
+    ap.add_argument("--long", default="", help="long-trace request counts (the trace tiled), e.g. 10000,100000")
     ap.add_argument("--json", default=None)
     ap.add_argument("--_worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -449,7 +505,7 @@ def main() -> None:
         rows.append(e)
         print(f"jaxsim engine, {e['configs']} configs: {e['replays_completed']}/{e['configs']} completed; compile {e['compile_s']:.1f} s "
               f"({e['compilations']} executables, cold cache), replay {e['run_s']:.2f} s (first {e['run_cold_s']:.2f} s) -> "
-              f"{e['rate']:,.0f} request-replays/s; peak RSS {e['peak_rss_mb']:,.0f} MB")
+              f"{e['rate']:,.0f} request-replays/s; peak RSS {e['peak_rss_mb']:,.0f} MB; {e['passes']:,} passes in {e['loop_steps']:,} loop steps")
     report["engine"] = rows
 
     cli_rows = []
@@ -473,6 +529,7 @@ def main() -> None:
             row[tag] = {"wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"], "timings": js["timings"], "completed": done,
                         "rate": done / r["wall_s"]}
         cli_rows.append(row)
+        print(f"  passes {row['warm']['timings'].get('passes', 0):,} in {row['warm']['timings'].get('loop_steps', 0):,} loop steps")
         c, w = row["cold"], row["warm"]
         print(f"jaxsim CLI, {n} configs: cold cache {c['wall_s']:.1f} s (compile {c['timings']['compile_s']:.1f} s), warm {w['wall_s']:.1f} s "
               f"(compile {w['timings']['compile_s']:.1f} s, replay {w['timings']['run_s']:.1f} s) -> {c['rate']:,.0f} / {w['rate']:,.0f} "
@@ -485,6 +542,11 @@ def main() -> None:
             print(f"per-request agreement with the reference (max_num_seqs {args.seqs}, max_num_batched_tokens {args.tokens}; "
                   f"{'the sweep' if n > 1 else 'one config'}): {ag['compared']} requests, max relative difference TTFT "
                   f"{ag['max_rel_ttft']:.3g}, E2E {ag['max_rel_e2e']:.3g}")
+
+    long_rows = []
+    for n in [int(x) for x in args.long.split(",") if x]:
+        long_rows.append(long_trace(n, args, work, pdir, cli if cli.is_file() else None, jaxsim_cli, env0))
+    report["long"] = long_rows
 
     # the table
     print("\n| | reference | jaxsim | ratio |\n|---|---:|---:|---:|")
@@ -504,6 +566,19 @@ def main() -> None:
             x = c[tag]
             print(f"| {c['configs']:,} configs, whole CLI, {tag} cache: request-replays/s | " + (f"{r_rate:,.0f} |" if ref else "– |")
                   + f" {x['rate']:,.0f} ({x['wall_s']:.1f} s, {x['peak_rss_mb']:,.0f} MB) | " + (f"{x['rate'] / r_rate:.1f}x |" if ref else "|"))
+    if ref:
+        print(f"| one replay, whole CLI, cold / warm cache (s) | {ref['cli_s']:.2f} |", end="")
+        for c in cli_rows:
+            if c["configs"] == 1:
+                print(f" {c['cold']['wall_s']:.2f} / {c['warm']['wall_s']:.2f} | {c['cold']['wall_s'] / ref['cli_s']:.2f}x / "
+                      f"{c['warm']['wall_s'] / ref['cli_s']:.2f}x of the reference |", end="")
+        print()
+    for lr in long_rows:
+        r = lr.get("reference") or {}
+        print(f"| {lr['requests']:,} requests, whole CLI (s): reference {r.get('cli_s', float('nan')):.1f} (engine "
+              f"{r.get('engine_s', float('nan')):.1f}); jaxsim cold / warm | {lr['cold']['wall_s']:.1f} / {lr['warm']['wall_s']:.1f} "
+              f"({lr['warm']['peak_rss_mb']:,.0f} MB; {lr['warm']['timings'].get('passes', 0):,} passes in "
+              f"{lr['warm']['timings'].get('loop_steps', 0):,} loop steps) | agreement max rel TTFT {lr.get('agreement', {}).get('max_rel_ttft')} |")
     report["loadavg_end"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

@@ -86,6 +86,8 @@ def test_too_few_slots_stop_with_slots_full_and_widening_continues_exactly():
     s = advance_many(pp, consts, keys, s, stochastic=False)
     got = unstack(jax.tree.map(np.asarray, finish_many(rq, s, consts)), 0)
     for name, a in vars(full).items():
+        if name == "num_steps":  # loop steps: one more where the pass that found its slots full stopped the loop
+            continue
         np.testing.assert_array_equal(getattr(got, name), a, err_msg=name)
 
 
@@ -99,6 +101,8 @@ def _check_batched_equals_full(params, trace, slots, stochastic):
         one = _full(p, trace, slots, seed=seeds[i], stochastic=stochastic)
         item = unstack(got, i)
         for name, a in vars(one).items():
+            if name == "num_steps":  # loop steps depend on the capacities it went through
+                continue
             np.testing.assert_array_equal(getattr(item, name), a, err_msg=f"config {i} field {name}")
         peaks.append(np.nanmax(one.timeline[:, 2]))
     assert np.all(got.status == COMPLETED), got.status
@@ -190,6 +194,8 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)
         for name, a in vars(one).items():
+            if name == "num_steps":  # loop steps depend on the capacities it went through
+                continue
             np.testing.assert_array_equal(getattr(got[i], name), a, err_msg=f"item {i} field {name}")
     advanced = [c for c in calls if c[0] in advances]
     assert {shape[1] for _, shape in advanced} == {16, 32, 64, 128}

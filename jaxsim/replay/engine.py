@@ -140,6 +140,7 @@ class ReplayResult(eqx.Module):
     sent_ms: Float64[Array, " N"]  # when the request was sent (its arrival in an open loop; nan: never sent)
     status: Int32[Array, ""]
     num_passes: Int64[Array, ""]
+    num_steps: Int64[Array, ""]  # loop steps (a decode stretch and a pass each: jaxsim.replay.stretch)
     end_ms: Float64[Array, ""]
     failed_query: Int64[Array, " 5"]
     timeline: Float64[Array, "T F"]
@@ -246,6 +247,7 @@ class EngineState(eqx.Module):
 
     now_ms: Float64[Array, ""]
     passes: Int64[Array, ""]
+    steps: Int64[Array, ""]  # loop steps taken (jaxsim.replay.stretch.engine_step)
     status: Int32[Array, ""]
     num_done: Int64[Array, ""]
     num_running: Int64[Array, ""]
@@ -740,7 +742,7 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     small["status"] = jnp.where(active & record.admission.slots_full, SLOTS_FULL, small["status"]).astype(jnp.int32)
     return EngineState(
         requests=_write_requests(s, record, applied), timeline=_write_timeline(consts, s, record, num_running, applied),
-        sent_ms=_release_slots(p, consts, s, jnp.sum(record.emission.done), cost.end_ms, applied), **small,
+        sent_ms=_release_slots(p, consts, s, jnp.sum(record.emission.done), cost.end_ms, applied), steps=s.steps, **small,
     )
 
 
@@ -884,7 +886,7 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
         first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
     state = EngineState(
-        now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64),
+        now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), steps=jnp.asarray(0, jnp.int64),
         status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
         num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64),
         next_arrival=jnp.asarray(0, jnp.int64), sent_ms=sent_ms, running=jnp.full((int(slots),), n, jnp.int64),
@@ -910,24 +912,28 @@ def _finish(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResu
         output_tokens=rows.generated, decode_rounds=rows.decode_rounds.astype(jnp.int32),
         preemptions=rows.preemptions.astype(jnp.int32), admissions=rows.admissions.astype(jnp.int32),
         token_gap_sq_ms2=rows.token_gap_sq_ms2, terminal=terminal, sent_ms=sent_ms, status=status, num_passes=s.passes,
-        end_ms=jnp.nanmax(jnp.where(terminal == DONE, rows.last_token_ms, jnp.nan), initial=0.0),
+        num_steps=s.steps,        end_ms=jnp.nanmax(jnp.where(terminal == DONE, rows.last_token_ms, jnp.nan), initial=0.0),
         failed_query=s.failed_query, timeline=s.timeline,
     )
 
 
 def replay(
-    p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0
+    p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
+    lookahead: int | None = None,
 ) -> ReplayResult:
     """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
 
     Static: ``slots`` running-list slots (at least ``max_num_seqs``: fewer can end the replay with
     ``SLOTS_FULL``, which :mod:`jaxsim.replay.runner` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
-    that many passes of per-pass records (0: none).
+    that many passes of per-pass records (0: none); ``lookahead``: the longest decode stretch a loop
+    step advances (:mod:`jaxsim.replay.stretch`; None: its default; 0: pass by pass).
     """
+    from jaxsim.replay.stretch import engine_step, lookahead_or_default
+
     ensure_x64()
     s0, consts = _start(p, rq, slots, timeline_len)
-    body = partial(engine_pass, p, consts, key, bool(stochastic))
+    body = partial(engine_step, p, consts, key, bool(stochastic), lookahead_or_default(lookahead))
     s = jax.lax.while_loop(partial(_active, p), body, s0)
     return _finish(rq, s, consts)
 
@@ -959,15 +965,19 @@ _BATCH = "replays"
 
 def advance_stack(
     p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, *,
-    stochastic: bool = True, shared_table: bool = False,
+    stochastic: bool = True, shared_table: bool = False, lookahead: int | None = None,
 ) -> EngineState:
     """Run a stack of replays until none is active (finished, stopped, or out of slots: ``SLOTS_FULL``).
     One loop runs while any item is active, over the vmapped pass (a vmapped ``while_loop`` would select
-    every item's whole state at every pass)."""
+    every item's whole state at every pass). A step runs a decode stretch of up to ``lookahead`` passes
+    and one pass (:func:`jaxsim.replay.stretch.engine_step`)."""
+    from jaxsim.replay.stretch import engine_step, lookahead_or_default
+
     ensure_x64()
     ax = param_axes(p, shared_table)
+    ahead = lookahead_or_default(lookahead)
     step = jax.vmap(
-        lambda pp, c, k, s: engine_pass(pp, c, k, bool(stochastic), s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH
+        lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), ahead, s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH
     )
 
     def cond(s):
@@ -1010,18 +1020,18 @@ def widen_stack(s: EngineState, consts: ReplayConstants, slots: int) -> tuple[En
 
 def replay_stack(
     p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
-    shared_table: bool = False,
+    shared_table: bool = False, lookahead: int | None = None,
 ) -> ReplayResult:
     """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
     item by item to :func:`replay`.
 
     ``shared_table``: ``p.table`` has no leading axis and serves every item."""
     s0, consts = start_stack(p, rq, slots=slots, timeline_len=timeline_len, shared_table=shared_table)
-    s = advance_stack(p, consts, keys, s0, stochastic=stochastic, shared_table=shared_table)
+    s = advance_stack(p, consts, keys, s0, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead)
     return finish_stack(rq, s, consts)
 
 
-replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len"))
+replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len", "lookahead"))
 
 
 def make_params(

@@ -24,30 +24,31 @@ from jaxsim.replay.engine import (
     start_stack,
 )
 
-replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table"))
+replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table", "lookahead"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
 start_many = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
-advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table"))
+advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table", "lookahead"))
 finish_many = jit_x64(finish_stack)
 
 
 def advance_split(
-    p: EngineParams, consts: ReplayConstants, keys, s: EngineState, *, stochastic: bool, shared_table: bool
+    p: EngineParams, consts: ReplayConstants, keys, s: EngineState, *, stochastic: bool, shared_table: bool,
+    lookahead: int | None = None,
 ) -> EngineState:
     """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
     device running its own loop over its own items (no cross-device step per pass)."""
     items = P("batch")
     p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
     local = jax.shard_map(
-        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table), mesh=_mesh(),
+        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead), mesh=_mesh(),
         in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
     )
     return local(p, consts, keys, s)
 
 
-advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table"))
+advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table", "lookahead"))
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,10 @@ def _run_stages(runs: list[StageRun], **kw) -> None:
     if not items:
         return
     results = run_items(items, **kw)
+    timings = kw.get("timings")
+    if timings is not None:  # scheduler passes and loop steps (a decode stretch and a pass each)
+        timings["passes"] = timings.get("passes", 0) + sum(int(r.num_passes) for r in results)
+        timings["loop_steps"] = timings.get("loop_steps", 0) + sum(int(r.num_steps) for r in results)
     lo = 0
     for r in runs:
         r.results = results[lo: lo + len(r.items)]

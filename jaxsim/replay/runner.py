@@ -33,6 +33,7 @@ from jaxsim.replay.engine import (
     widen_stack,
 )
 from jaxsim.replay.executables import ADVANCE, ADVANCE_SPLIT, FINISH, START, Call
+from jaxsim.replay.stretch import DEFAULT_LOOKAHEAD
 
 FIRST_SLOTS = 16
 """Batched replays start with this many running-list slots and double them when a replay fills them
@@ -40,6 +41,19 @@ FIRST_SLOTS = 16
 XLA:CPU, and most passes run far fewer requests than max_num_seqs allows."""
 ADAPTIVE_MIN_ITEMS = 8
 """Groups of fewer replays run at their full capacity at once (each capacity step is one more executable)."""
+
+
+STRETCH_MAX_ITEMS = ADAPTIVE_MIN_ITEMS
+"""Groups of fewer replays advance by decode stretches (jaxsim.replay.stretch); larger ones pass by pass.
+A vmapped stretch prices every candidate pass of every replay whenever one replay can stretch, so its
+cost grows with lookahead x slots x replays while the passes it saves are those of the replays that
+stretch: on the replay benchmark (256 configurations, 2 cores) stretches made the batch several times
+slower, and one replay alone several times faster (docs/benchmarks.md)."""
+
+
+def stretch_lookahead(n_items: int) -> int:
+    """The decode-stretch lookahead of a group of ``n_items`` replays (0: pass by pass)."""
+    return DEFAULT_LOOKAHEAD if n_items < STRETCH_MAX_ITEMS else 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,7 +243,7 @@ class _CapacityGroup:
         self.params = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in self.shared else np.stack([np.asarray(x) for x in xs]), *params)
         self.requests = _np_stack([it.requests for it in members])
         self.keys = np.stack([np.asarray(it.key) for it in members])
-        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table)
+        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table, lookahead=stretch_lookahead(len(indices)))
         self.sizes = self._sizes()
 
     def _sizes(self) -> _CallSizes:
