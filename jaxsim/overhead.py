@@ -29,11 +29,21 @@ import numpy as np
 
 from jaxsim.errors import InputError
 
-__all__ = ["ServingOverhead", "BenchmarkRow", "OverheadError", "MIN_ROWS", "fit_overhead", "read_benchmark",
+__all__ = ["ServingOverhead", "BenchmarkRow", "OverheadError", "MIN_ROWS", "added_latency_ms", "fit_overhead", "read_benchmark",
            "read_overhead", "relative_errors"]
 
 MIN_ROWS = 4
 """Rows an overhead fit needs in its training part (three terms, and one row to spare)."""
+
+
+def added_latency_ms(fixed_ms, per_prompt_token_ms, per_output_token_ms, prompt_tokens, later_tokens):
+    """The serving overhead one request's latencies gain (ms): its TTFT's, ``fixed + per prompt token ×
+    prompt_tokens``, and its later tokens' together, ``per output token × later_tokens`` (the tokens after
+    its first: each inter-token gap gains ``per_output_token_ms``, so TPOT gains it and E2E gains both).
+    Arithmetic only, so numpy and jax arrays alike: the ONE home of the model, used by the steady state
+    (inside jit, per workload class) and by replay-evaluated rows (per request, after the replay). The
+    engine's timeline, and so throughput, is unchanged: the serving path runs beside the engine."""
+    return fixed_ms + per_prompt_token_ms * prompt_tokens, per_output_token_ms * later_tokens
 
 
 class OverheadError(InputError):
@@ -56,7 +66,7 @@ class ServingOverhead:
                 raise OverheadError(f"overhead {k}={v!r} must be a finite number >= 0")
 
     def ttft_ms(self, isl) -> np.ndarray:
-        return self.fixed_ms + self.per_prompt_token_ms * np.asarray(isl, np.float64)
+        return added_latency_ms(*self.terms, np.asarray(isl, np.float64), 0.0)[0]
 
     @property
     def terms(self) -> tuple[float, float, float]:

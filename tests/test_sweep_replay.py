@@ -178,6 +178,56 @@ def test_verify_agreement_uses_the_stated_tolerance(tmp_path, replay_sweep):
     assert v["verified"] is False and "differs from the row by more than 0%" in v["why"] and "mean TTFT" in v["why"]
 
 
+OVERHEAD = {"fixed_ms": 7.0, "per_prompt_token_ms": 0.05, "per_output_token_ms": 0.3}
+
+
+def test_replayed_rows_carry_the_serving_overhead_per_request(tmp_path, replay_sweep):
+    """With a profile's serving overhead, each replayed row's TTFT/TPOT/E2E statistics are those of the
+    same replay without it, every request's TTFT + fixed + per prompt token x its prompt and each later
+    token + per output token (recomputed per request here, from the point's trace lengths, NumPy's linear
+    percentiles); throughput is the engine's, unchanged; disaggregated (steady) rows carry it as the steady
+    state does. Verifying a fixed-lengths row at its own load compares like with like: deviations 0."""
+    spec, res, rows = replay_sweep
+    d = spec_dict()
+    d["profile"] = [dict(d["profile"][0], overhead=OVERHEAD)]
+    ov_res = run_sweep(spec_from_dict(d, source="bench.toml"), tmp_path / "ov.parquet", top=3)
+    ov_rows = {r["config_id"]: r for r in pq.read_table(ov_res.output).to_pylist()}
+    base = {r["config_id"]: r for r in rows}
+    fixed, pp, po = OVERHEAD["fixed_ms"], OVERHEAD["per_prompt_token_ms"], OVERHEAD["per_output_token_ms"]
+    checked = 0
+    for cid, r in base.items():
+        o = ov_rows[cid]
+        assert o["method"] == r["method"] and o["status"] == r["status"]
+        for k in ("request_rate_per_s", "output_tokens_per_s_per_gpu"):
+            assert o[k] == r[k] or (math.isnan(o[k]) and math.isnan(r[k]))
+        if r["status"] != st.COMPLETED:
+            continue
+        if r["method"] == "steady":
+            assert o["mean_tpot_ms"] == pytest.approx(r["mean_tpot_ms"] + po, rel=1e-12)
+            continue
+        load = spec.benchmark.load_model(r["concurrency_target"])
+        trace = point_trace(res.plan, cid, load)
+        [alone] = run_replays([point_config(res.plan, cid, load)], [trace], [spec.benchmark.seed])
+        req = alone.requests
+        done = req["terminal"] == "completed"
+        isl, osl = np.asarray(trace.input_tokens, np.float64)[done], np.asarray(trace.output_tokens, np.float64)[done]
+        ttft = req["ttft_ms"][done] + fixed + pp * isl
+        e2e = req["e2e_ms"][done] + fixed + pp * isl + po * (osl - 1)
+        tpot = (req["tpot_ms"][done] + po)[osl > 1]
+        for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
+            assert o[f"mean_{name}_ms"] == pytest.approx(v.mean(), rel=1e-12), (cid, name)
+            assert o[f"p90_{name}_ms"] == pytest.approx(np.percentile(v, 90), rel=1e-12), (cid, name)
+        assert o["mean_ttft_ms"] > r["mean_ttft_ms"] + fixed
+        checked += 1
+    assert checked >= 2
+    v = verify_top(ov_res.plan, ov_res.top, 1).to_pylist()
+    rep = {r["workload"]: r for r in v if r["method"] == "replay"}
+    assert rep["a"]["dev_mean_ttft_ms"] == pytest.approx(0.0, abs=1e-12)
+    assert rep["a"]["dev_mean_tpot_ms"] == pytest.approx(0.0, abs=1e-12)
+    assert rep["a"]["dev_mean_e2e_ms"] == pytest.approx(0.0, abs=1e-12)
+    assert all(r["verified"] for r in rep.values())
+
+
 # ---- CLI ----------------------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from jaxsim.kernels.status import (  # the sweep's own refusals (registered ther
     REQUEST_EXCEEDS_KV_POOL,
     TOKEN_BUDGET_TOO_SMALL,
 )
+from jaxsim.overhead import added_latency_ms
 from jaxsim.sla import LATENCY_KEYS, LATENCY_METRICS, LIMIT_QUANTILES, LIMIT_STATS, SLA
 
 # What bounds the effective concurrency.
@@ -559,10 +560,11 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
     out_tok = jnp.sum(w * cfg.osl)
     gen = jnp.maximum(cfg.osl - 1, 0).astype(jnp.float64)
     # the serving overhead outside the forward passes (zero unless set): TTFT + fixed + per prompt token, each later token + per output token
-    extra_w = cfg.overhead_fixed_ms + cfg.overhead_per_prompt_token_ms * cfg.isl.astype(jnp.float64)
+    extra_w, later_w = added_latency_ms(cfg.overhead_fixed_ms, cfg.overhead_per_prompt_token_ms, cfg.overhead_per_output_token_ms,
+                                        cfg.isl.astype(jnp.float64), gen)
     served = eqx.tree_at(lambda v: (v.ttft_w, v.ttft_points), served,
                          (served.ttft_w + extra_w, served.ttft_points + extra_w[:, None]))
-    decode_w = mix.rounds_w * served.round_ms + cfg.overhead_per_output_token_ms * gen
+    decode_w = mix.rounds_w * served.round_ms + later_w
     tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
     tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
     ttft = jnp.sum(w * served.ttft_w)

@@ -25,15 +25,18 @@ import numpy as np
 
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import common_tables
+from jaxsim.overhead import added_latency_ms
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace, request_bucket
-from jaxsim.sla import LATENCY_KEYS, SLA
+from jaxsim.sla import LATENCY_KEYS, LATENCY_METRICS, SLA
+from jaxsim.stats import latency_stats
 from jaxsim.sweep import evaluate as ev
 from jaxsim.sweep.spec import SweepPlan
 
-__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_trace", "replay_metrics", "sla_ok", "sweep_configs"]
+__all__ = ["METHODS", "REPLAY_CHUNK", "PointReplays", "binding_config", "point_config", "point_overhead", "point_trace",
+           "replay_metrics", "sla_ok", "sweep_configs", "with_overhead"]
 
 METHODS = ("steady", "replay")
 """The ``method`` column's values: which evaluation produced a row."""
@@ -111,6 +114,26 @@ def point_trace(plan: SweepPlan, config_id: int, load: LoadModel, lengths: Trace
     return benchmark_trace(load, (inp, out), seed=bench.seed, name=plan.labels["workload"][w])
 
 
+def point_overhead(plan: SweepPlan, config_id: int) -> tuple[float, float, float]:
+    """The serving overhead terms (fixed, per prompt token, per output token; ms) of one point's profile."""
+    b, _, _ = plan.decode_index(np.asarray([config_id], np.int64))
+    return tuple(float(x) for x in plan.overheads[plan.bindings.profile[int(b[0])]])
+
+
+def with_overhead(req: dict, overhead: Sequence[float]) -> dict:
+    """Per-request replay columns with the serving overhead (fixed, per prompt token, per output token; ms)
+    added as the steady state adds it (:func:`~jaxsim.overhead.added_latency_ms`): TTFT + fixed + per
+    prompt token × its prompt, each later inter-token gap + per output token (TTST and TPOT + per output
+    token, E2E + both); the engine's timeline (first/last token times, so throughput) is unchanged."""
+    if not any(overhead):
+        return req
+    later = np.maximum(req["generated_tokens"] - 1, 0).astype(np.float64)
+    first, rest = added_latency_ms(*overhead, req["input_tokens"].astype(np.float64), later)
+    po = float(overhead[2])
+    return dict(req, ttft_ms=req["ttft_ms"] + first, ttst_ms=req["ttst_ms"] + po, tpot_ms=req["tpot_ms"] + rest / np.maximum(later, 1.0),
+                e2e_ms=req["e2e_ms"] + first + rest)
+
+
 def _rejection_status(outcome: ReplayOutcome) -> int | None:
     """The sweep status of a replay that rejected requests (a prompt a worker can never hold)."""
     rej = outcome.requests["terminal"] == "rejected"
@@ -120,11 +143,21 @@ def _rejection_status(outcome: ReplayOutcome) -> int | None:
     return st.REQUEST_EXCEEDS_CONTEXT if any("max_model_len" in r for r in reasons) else st.REQUEST_EXCEEDS_KV_POOL
 
 
-def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_seqs: int, units: int = 1) -> dict:
+def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_seqs: int, units: int = 1,
+                   overhead: Sequence[float] = (0.0, 0.0, 0.0)) -> dict:
     """One replayed point as the sweep's metric columns, over ``units`` serving units of ``gpus`` GPUs each
     (request rate per serving unit, output tokens/s per GPU); NaN where the replay did not complete every
-    request inside measured support; the pass-structure columns of the steady state are NaN."""
+    request inside measured support; the pass-structure columns of the steady state are NaN. ``overhead``
+    (the point's profile's serving overhead terms) is added per request (:func:`with_overhead`) and the
+    latency statistics recomputed over the adjusted requests; throughput is the engine's, as in the
+    steady state."""
     s = outcome.summary
+    if any(overhead):
+        adj = with_overhead(outcome.requests, overhead)
+        done = adj["terminal"] == "completed"
+        s = dict(s)
+        for metric in LATENCY_METRICS:
+            s.update(latency_stats(np.where(done, adj[f"{metric}_ms"], np.nan), metric))
     status = outcome.status
     rejected = _rejection_status(outcome)
     if status == st.COMPLETED and rejected is not None:
@@ -214,9 +247,10 @@ class PointReplays:
         for i, o in zip(order, ran):
             outcomes[i] = o
         B = plan.bindings.take(b)
+        overheads = plan.overheads[B.profile]
         out = []
         for i, o in enumerate(outcomes):
-            m = replay_metrics(o, int(B.gpus[i]), int(conc[i]), int(B.max_num_seqs[i]))
+            m = replay_metrics(o, int(B.gpus[i]), int(conc[i]), int(B.max_num_seqs[i]), overhead=tuple(overheads[i]))
             m["sla_ok"] = sla_ok(m, m["status"], plan.spec.sla)
             out.append(m)
         return out

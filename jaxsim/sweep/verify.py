@@ -17,7 +17,7 @@ with the row's: each compared statistic's relative deviation (replay − row) / 
 is ``verified`` only when its replay completed every request inside measured support, meets the SLA,
 and every compared statistic agrees within :data:`TOLERANCE` (``--verify-tolerance``); ``why`` says
 what failed. Compared: mean TTFT, TPOT and E2E, output tokens/s per GPU, and every percentile the SLA
-bounds.
+bounds. Like for like: the replay's latencies carry the row's profile's serving overhead, as the row's do.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from jaxsim.replay.loads import LoadModel, open_loop
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import Trace
 from jaxsim.sla import LATENCY_KEYS, SLA
-from jaxsim.sweep.replayed import point_config, point_trace, replay_metrics, sla_ok
+from jaxsim.sweep.replayed import point_config, point_overhead, point_trace, replay_metrics, sla_ok
 from jaxsim.sweep.spec import SweepPlan
 
 __all__ = ["TOLERANCE", "COMPARED", "pick_top", "row_load", "compared_keys", "judge", "verify_top"]
@@ -123,7 +123,8 @@ def verify_top(plan: SweepPlan, top: pa.Table, n: int, *, trace: Trace | None = 
     rows = []
     for r, (load, how), o in zip(picks, loads, outcomes):
         units = max(int(r["replicas"]), 1)
-        m = replay_metrics(o, int(r["gpus"]), int(r["concurrency_target"]), int(r["max_num_seqs"]), units)
+        m = replay_metrics(o, int(r["gpus"]), int(r["concurrency_target"]), int(r["max_num_seqs"]), units,
+                           overhead=point_overhead(plan, int(r["config_id"])))
         dev, ok, why = judge(m, m["status"], o.status_text, o.failure, r, plan.spec.sla, tolerance)
         keep = ("mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p90_tpot_ms",
                 "p99_tpot_ms", "mean_e2e_ms", "p90_e2e_ms", "p99_e2e_ms", "tokens_per_s_per_user",
