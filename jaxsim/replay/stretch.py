@@ -130,7 +130,7 @@ def plan_stretch(
     head = s.next_arrival
     next_sent_ms = s.sent_ms[head]
     waiting = next_sent_ms <= s.now_ms
-    head_len = s.requests.rows(jnp.minimum(head, eng._padding_row(s))).length  # one row, not every row's length
+    head_len = s.requests.rows(jnp.minimum(head, eng._padding_row(s))[None]).length[0]  # one row, not every row's length
     head_fits = blocks_for(head_len, p.block_size) + p.state_blocks <= p.num_gpu_blocks - held[0]
     seats_full = s.num_running >= p.max_num_seqs
     head_blocked = waiting & (s.num_running < num_slots) & ~head_fits
