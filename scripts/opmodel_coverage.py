@@ -190,7 +190,7 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     for c, w, code, ttft, tpot in zip(t.column("concurrency_target").to_pylist(), wl, t.column("status").to_pylist(),
                                       t.column("mean_ttft_ms").to_pylist(), t.column("mean_tpot_ms").to_pylist()):
         i, o = (int(x) for x in re.match(r"i(\d+)o(\d+)", w).groups())
-        got[(int(c), i, o)] = (st.name_table()[int(code)], bool(st.is_supported(int(code))), ttft, tpot)
+        got[(int(c), i, o)] = (st.name_table()[int(code)], bool(st.is_supported(int(code)) or int(code) == st.COMPLETED), ttft, tpot)
     return got, ""
 
 

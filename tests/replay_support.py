@@ -324,7 +324,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                 return reqs, lookups, int(code[0])
             p_ms = _dur(float(lat[0]))
         if dec:
-            q = (len(dec), sum(r.length - 1 for r in dec))
+            # shared prefix blocks are counted once per request: the reference caps the total at the pool
+            q = (len(dec), min(sum(r.length - 1 for r in dec), NB * bs))
             lat, code = decode_batch(table, np.array([q[0]]), np.array([q[1]]))
             lookups.append(("decode",) + q)
             if int(code[0]) >= 16:
