@@ -17,8 +17,11 @@ def test_sweep_report_names_unsupported_workloads_and_marks_sources(tmp_path):
     spec = tmp_path / "s.toml"
     text = (ROOT / "configs" / "planner_qwen3_32b.toml").read_text().replace('"qwen3-32b-bf16-b300-calibrated"', '"qwen3-32b-bf16-b300"')
     text = text.replace('tp = [2, 4]\n', 'tp = [2, 4]\n\n[[profile]]\nname = "qwen3-32b-bf16-b300-eagle3-k1"\nlabel = "k1"\ntp = [2]\n', 1)
+    # an open-loop benchmark: the measured profile prefilled one prompt at a time, so a closed loop's prompt waves
+    # lie outside its support; without waves its rows are priced (and their TTFT is a number, not a leaked NaN)
     text = text.replace("[sla]", '[speculation]\nnextn = ["profile"]\nacceptance = [1.0]\n\n'
-                        '[[workload]]\nname = "mooncake"\ntrace = "mooncake_conversation_1k"\nbins = 2\n\n[sla]')
+                        '[[workload]]\nname = "mooncake"\ntrace = "mooncake_conversation_1k"\nbins = 2\n\n'
+                        '[benchmark]\nload = "poisson"\nrequest_rate = 2.0\n\n[sla]')
     spec.write_text(text)
     out = tmp_path / "o.parquet"
     r = runner.invoke(app, ["sweep", str(spec), "--output", str(out), "--quiet"])
@@ -28,6 +31,10 @@ def test_sweep_report_names_unsupported_workloads_and_marks_sources(tmp_path):
     assert "per workload" in text and "most common refusal" in text
     assert "columns: conc = concurrency per worker reached/target" in text
     assert "not measured: rows with source derived" in text
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out).to_pylist()
+    assert any(r["sla_ok"] for r in rows) and all(r["mean_ttft_ms"] == r["mean_ttft_ms"] for r in rows if r["sla_ok"])
     assert text.rstrip().splitlines()[-1].startswith(f"next: jaxsim sweep {spec} --output {out} --force --verify-top 3 ")
     assert "…" not in text  # piped: the tables are not cut to 80 columns
 

@@ -256,7 +256,8 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
         "tp \"8 ep8\" = TP8 with the MoE experts over 8 GPUs (moe_tp 1 x moe_ep 8); "
         + ("mean/pNN columns = statistics of the replayed requests (vLLM's definitions, numpy linear percentiles); "
            if methods.get("replay") else
-           "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix (constant queueing wait); ")
+           "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix and, in a closed "
+           "loop, the benchmark's prompt waves; ")
         + "tok/s/user = 1000 / mean TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
         "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md)"
         + "$/1M tok = US dollars per million output tokens at the row's throughput; "

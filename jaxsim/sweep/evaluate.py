@@ -465,6 +465,8 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     the replay), and a client out of step sees the steady state's TTFT; with unequal lengths every later
     wave is spread. ``prompts_per_client`` 0: no waves (the steady state's TTFT)."""
     lat, budget, saturated, code = queue_pass_ms(t, cfg, mix, n, kv_mid)
+    has_waves = cfg.prompts_per_client > 0
+    lat = jnp.where(has_waves, lat, 0.0)  # no waves: the wave pass is never run (its lookup may lie outside support: no NaN leaks)
     nf = n.astype(jnp.float64)
     bf = budget.astype(jnp.float64)
     isl = (cfg.isl - cached_prompt_tokens(cfg)).astype(jnp.float64)  # the prompt tokens a wave computes
@@ -483,7 +485,6 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     later = jnp.maximum(waves - 1.0, 0.0)  # later waves
     j = jnp.minimum(later, nf)  # later waves with a client still in step: Σ_{i<j} (1 − i/n)
     in_step = jnp.where(saturated, jnp.where(later > 0, (j - j * (j - 1.0) / (2.0 * nf)) / jnp.maximum(later, 1.0), 1.0), 1.0)
-    has_waves = waves > 0
     in_step = jnp.where(cfg.equal_lengths & has_waves, in_step, 0.0)
     p_first = jnp.where(has_waves, 1.0 / jnp.maximum(waves, 1.0), 0.0)
     p_later = 1.0 - p_first
