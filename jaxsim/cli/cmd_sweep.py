@@ -259,7 +259,7 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
            "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix and, in a closed "
            "loop, the benchmark's prompt waves; ")
         + "tok/s/user = 1000 / mean TPOT; tok/s/gpu = output tokens/s per GPU; req/s = requests/s per serving unit; "
-        "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md)"
+        "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md); "
         + "$/1M tok = US dollars per million output tokens at the row's throughput; "
     )
     if sources:

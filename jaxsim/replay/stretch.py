@@ -32,7 +32,7 @@ from jaxsim.acceptance import MAX_DRAFT_TOKENS
 from jaxsim.kernels import status as st
 from jaxsim.kernels.acceptance import sample_burst
 from jaxsim.kernels.capacity import blocks_for
-from jaxsim.kernels.rounds import pass_lookups
+from jaxsim.kernels.rounds import decode_latency_ms
 from jaxsim.replay import engine as eng
 
 DEFAULT_LOOKAHEAD = 16
@@ -58,6 +58,16 @@ class StretchPlan(eqx.Module):
     start_ms: Float64[Array, " J"]
     end_ms: Float64[Array, " J"]
     length: Int64[Array, ""]  # passes [0, length) of the stretch are run
+
+
+def _blocks(tokens, block_size):
+    """``blocks_for`` (⌈tokens / block_size⌉) for the stretch's wide arrays without an integer division per
+    element (slow on CPUs, not vectorised): a float quotient, then corrected by at most one either way,
+    so the result is the exact integer one for any tokens < 2**52."""
+    n = tokens + block_size - 1
+    q = jnp.floor(n.astype(jnp.float64) / block_size.astype(jnp.float64)).astype(jnp.int64)
+    q = q - (q * block_size > n)
+    return q + ((q + 1) * block_size <= n)
 
 
 def eligible(p: eng.EngineParams, s: eng.EngineState, listed, rows: eng.RequestState) -> Bool[Array, ""]:
@@ -106,13 +116,13 @@ def plan_stretch(
     # KV: the running list allocates each decode's dangling token; a speculative pass also reserves
     # every burst's growth and keeps the blocks its emission fills
     held0 = jnp.where(listed, rows.allocated_blocks, 0)
-    need = jnp.where(listed, blocks_for(length, p.block_size) + p.state_blocks, 0)
+    need = jnp.where(listed, _blocks(length, p.block_size) + p.state_blocks, 0)
     scheduled_blocks = jnp.maximum(held0, need[:-1])  # after the running list's allocation
     held = jnp.sum(scheduled_blocks, axis=1)
     short = held > p.num_gpu_blocks
     tokens = jnp.minimum(p.num_draft_tokens + 1, p.max_model_len - length[:-1])
     reserved = jnp.minimum(tokens, remaining)
-    wanted = jnp.where(listed, blocks_for(length[:-1] + reserved, p.block_size) - blocks_for(length[:-1], p.block_size), 0)
+    wanted = jnp.where(listed, _blocks(length[:-1] + reserved, p.block_size) - _blocks(length[:-1], p.block_size), 0)
     short = short | ((p.num_draft_tokens > 0) & (held + jnp.sum(wanted, axis=1) > p.num_gpu_blocks))
     after = jnp.where(p.num_draft_tokens > 0, jnp.maximum(scheduled_blocks, need[1:]), scheduled_blocks)
 
@@ -120,7 +130,7 @@ def plan_stretch(
     head = s.next_arrival
     next_sent_ms = s.sent_ms[head]
     waiting = next_sent_ms <= s.now_ms
-    head_len = s.requests.length[jnp.minimum(head, eng._padding_row(s))]
+    head_len = s.requests.rows(jnp.minimum(head, eng._padding_row(s))[None]).length[0]  # one row, not every row's length
     head_fits = blocks_for(head_len, p.block_size) + p.state_blocks <= p.num_gpu_blocks - held[0]
     seats_full = s.num_running >= p.max_num_seqs
     head_blocked = waiting & (s.num_running < num_slots) & ~head_fits
@@ -155,11 +165,10 @@ def plan_stretch(
 
 
 def _decode_lookups(p: eng.EngineParams, zeros, num_decode, decode_kv_tokens):
-    """The pass lookups of decode-only candidate passes: (has_decode, decode_ms, code) per pass."""
-    def one(z, kv):
-        _, has_d, _, decode_ms, code = pass_lookups(p.table, z, z, z, num_decode, kv)
-        return has_d, decode_ms, code
-    return jax.vmap(one)(zeros, decode_kv_tokens)
+    """The lookups of decode-only candidate passes: (has_decode, decode_ms, code) per pass, as
+    :func:`~jaxsim.kernels.rounds.pass_lookups` gives them without prefill work (no prefill lookup)."""
+    decode_ms, code = jax.vmap(lambda kv: decode_latency_ms(p.table, num_decode, kv))(decode_kv_tokens)
+    return zeros + num_decode > 0, decode_ms, code
 
 
 def commit_stretch(p: eng.EngineParams, s: eng.EngineState, plan: StretchPlan) -> eng.EngineState:
@@ -221,11 +230,11 @@ def decode_stretch(
     listed = slot < s.num_running
     rows = s.requests.rows(jnp.where(listed, s.running, eng._padding_row(s)))
     can = eligible(p, s, listed, rows)
-    return jax.lax.cond(
-        eng._any(can, axis_name),
-        lambda: commit_stretch(p, s, plan_stretch(p, consts, key, stochastic, s, lookahead)),
-        lambda: s,
-    )
+    # only the plan (lookahead x slots) goes through the cond: a branch returning the whole state would
+    # copy every request row at every step; a plan of length 0 commits nothing
+    plan = lambda: plan_stretch(p, consts, key, stochastic, s, lookahead)  # noqa: E731
+    nothing = lambda: jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(plan))  # noqa: E731
+    return commit_stretch(p, s, jax.lax.cond(eng._any(can, axis_name), plan, nothing))
 
 
 def engine_step(
