@@ -29,7 +29,8 @@ The reference runs under ``--timeout`` seconds; jaxsim replays the config in thi
 * ``agreed stop``: the reference never finishes (killed at the timeout) or aborts with its
   "effect-free zero-duration pass" error, and jaxsim reports ``stalled`` (a request whose prompt fits the
   KV pool but whose next token never can: the reference's memory grows without end; jaxsim stops with an
-  explicit status, see docs/concepts.md);
+  explicit status, see docs/concepts.md); or both refuse the same lookup outside measured support (the reference
+  aborts naming the FPM query, jaxsim stops at the same decode/prefill batch and KV, with its finer reason code);
 * ``DIFFERENT``: anything else (first differing request printed); the seed's folder is kept.
 
 Agreeing seeds' folders are deleted unless ``--keep-agreeing``. Exit 0 when no seed is DIFFERENT.
@@ -50,6 +51,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -379,7 +381,10 @@ def run_reference(cli: str, d: Path, timeout_s: float) -> dict:
     if rc != 0 or not (out / "prediction.json").is_file():
         hit = next((m for m in STOP_MESSAGES if m in text), None)
         last = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or [""]
-        return {"state": "stopped" if hit else "failed", "per_request": {}, "message": hit or f"rc={rc}: {last[0][:300]}"}
+        refused = re.search(r"FPM direct (decode|prefill) query \(batch_size=(\d+), total_kv_read_tokens=(\d+)\) is unsupported", text)
+        lookup = f"{refused.group(1)}(batch={refused.group(2)}, kv={refused.group(3)})" if refused else None
+        return {"state": "stopped" if hit else "failed", "per_request": {}, "message": hit or f"rc={rc}: {last[0][:300]}",
+                "refused_lookup": lookup}
     pred = json.loads((out / "prediction.json").read_text())
     recs = {int(r["session_id"].removeprefix("request_")) - 1: r for r in pred.get("per_request", [])}
     return {"state": "completed", "per_request": recs, "message": ""}
@@ -396,7 +401,9 @@ def run_jaxsim(d: Path) -> dict:
     if r.exit_code != 0:
         return {"status": f"cli exit {r.exit_code}: {r.output.strip().splitlines()[-1:] or ''}", "rows": {}}
     rows = pq.read_table(out).to_pylist()
-    return {"status": rows[0]["status"] if rows else "empty", "rows": {int(x["row"]): x for x in rows}}
+    summary = json.loads(pq.read_schema(out).metadata[b"jaxsim.replay.summary"])
+    return {"status": rows[0]["status"] if rows else "empty", "rows": {int(x["row"]): x for x in rows},
+            "stopped_at": summary[0].get("stopped_at") if summary else None}
 
 
 def run_oracle(case: dict, d: Path) -> dict:
@@ -437,6 +444,8 @@ def compare(ref: dict, mine: dict) -> tuple[str, str]:
     if ref["state"] in ("timeout", "stopped") and js.startswith("stalled"):
         why = "reference does not finish" if ref["state"] == "timeout" else f"reference aborts ({ref['message']})"
         return "agreed stop", f"{why} / jaxsim stalled"
+    if ref.get("refused_lookup") and js.startswith("stopped: pass lookup unsupported:") and mine.get("stopped_at") == ref["refused_lookup"]:
+        return "agreed stop", f"both refuse the lookup {ref['refused_lookup']} (jaxsim: {js.split(':', 2)[-1]})"
     if ref["state"] != "completed" or js != "completed":
         return "DIFFERENT", f"reference {ref['state']} {ref['message']!r}; jaxsim {js!r}"
     if sorted(ref["per_request"]) != sorted(mine["rows"]):
