@@ -144,6 +144,35 @@ def test_grids_are_monotone_and_end_on_their_bounds():
     assert g[0] == 0 and g[-1] == 4095 and np.all(np.diff(g) > 0)
 
 
+def test_decode_curves_are_priced_at_a_context_grid():
+    """A decode curve queries the op model at the context grid only (dense to 16, then 1/8 octave) and is linear in
+    the mean context between: exactly :func:`at_mean_context` up to 16, every grid context exact, and on the
+    real op model within 0.5 % of pricing each row's two integer neighbours."""
+    calls = []
+
+    def f(b, s):
+        calls.append((b, s))
+        return 3.0 + 0.01 * s + 1e-6 * s * s + 0.1 * b
+
+    ks = np.arange(4, 4 * 16 + 1)  # mean contexts 1..16 at batch 4
+    got, q = om.decode_curve_ms(f, 4, ks)
+    assert np.allclose(got, [om.at_mean_context(f, 4, int(k)) for k in ks], rtol=0, atol=1e-12)
+    calls.clear()
+    ks = om.decode_curve_kv(om.decode_kv_grid(400_000), 8, 40_000, 400_000)
+    got, q = om.decode_curve_ms(f, 8, ks)
+    grid = om.decode_context_grid(int(np.ceil(ks.max() / 8)))
+    assert q == grid.size == len(calls) < ks.size and {s for _, s in calls} == set(grid.tolist())
+    on = np.isin(ks, grid * 8)
+    assert np.allclose(got[on], [f(8, int(k) // 8) for k in ks[on]], rtol=1e-12)
+    r = om.resolve_request(om.OpModelRequest("Qwen/Qwen3-32B", "h200_sxm", (1,)))
+    eng = om.Engine(r.req.model, r.req.system, r.backend_version, 1, gemm=None, kv=None, fmha=None)
+    for b in (1, 7, 64):
+        ks = om.decode_curve_kv(om.decode_kv_grid(b * 40_000), b, 40_000, b * 40_000)
+        got, _ = om.decode_curve_ms(eng.decode_ms, b, ks)
+        exact = np.array([om.at_mean_context(eng.decode_ms, b, int(k)) for k in ks[:: max(1, ks.size // 40)]])
+        assert np.max(np.abs(got[:: max(1, ks.size // 40)] / exact - 1)) < 0.005
+
+
 DRAFT = Path(__file__).parent / "data" / "eagle3_draft_qwen3_32b" / "config.json"
 
 
