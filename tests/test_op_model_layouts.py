@@ -192,7 +192,10 @@ def test_capacity_sweep_and_replay_use_the_grouped_geometry(hybrids, tmp_path):
         # ... nor mixed moe_tp x moe_ep layouts (FPM profiles hold TP or TEP)
         (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp4:ep2"], "FPM profiles record MoE layouts TP"),
         (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp2:ep4"], "moe_ep 4 does not divide the MoE width tp x dp = 2"),
-        (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp2:dp2:ep4"], "attention data parallelism (dp=2) is not imported"),
+        # attention DP: experts over every rank only, MoE models only, no speculative rounds
+        (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp2:dp2:ep2:moetp2"], "attention-DP layouts are imported with the "
+         "experts spread over every rank (moe_tp 1, moe_ep = tp x dp = 4), e.g. tp2:dp2:ep4"),
+        (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--layout", "tp2:dp2"], "attention data parallelism (dp=2) applies to MoE models"),
         (["Qwen/Qwen3-32B", "--system", "h200_sxm", "--layout", "tp2:ep2"], "is dense (no experts)"),
         (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "ep2"], "give the attention tensor-parallel size"),
         # a quant mode the checkpoint does not have
@@ -238,3 +241,77 @@ def test_an_older_import_whose_pool_overfills_the_gpu_fails_validate(hybrids, tm
     line = next(x for x in r.output.splitlines() if "gpu-memory-fit" in x)
     assert "KV pool 23286915072 B + weights 60426731520 B" in line and "> GPU memory 85899345920 B x gpu_memory_utilization 0.9" in line
     assert np.isfinite(1.0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# attention data parallelism: a worker of dp ranks x tp GPUs, each rank an engine at 1/dp of the concurrency
+
+
+@pytest.fixture(scope="module")
+def dp_profile(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dp") / "p"
+    return out, _import(out, "Qwen/Qwen3-30B-A3B", "h200_sxm", "--layout", "tp2:dp2:ep4")
+
+
+def test_attention_dp_layout_is_priced_by_the_op_model_at_that_layout(dp_profile):
+    from jaxsim.importers import op_model as om
+
+    out, summary = dp_profile
+    (cell,) = summary["cells"]
+    assert (cell["tp"], cell["dp"], cell["moe_tp"], cell["moe_ep"]) == (2, 2, 1, 4)
+    r = runner.invoke(app, ["profiles", "validate", str(out)])
+    assert r.exit_code == 0 and r.output.strip().endswith(": ok"), r.output
+    prof = load_profile_dir(out).profile
+    (dep,) = prof.deployments
+    assert (dep.tp, dep.dp, dep.moe_tp, dep.moe_ep) == (2, 2, 1, 4) and prof.source == "modelled"
+    assert "Attention-DP layouts (dp > 1)" in prof.provenance and "tp x dp GPUs" in prof.provenance
+    # a decode row is the op model's step at attention_dp_size 2 (its MoE layers see dp x b tokens)
+    t = pq.read_table(out / "fpm_forward_perf.parquet").to_pandas()
+    assert set(t["dp"]) == {2} and set(t["parallel_strategy"]) == {"dp_attention_ep_moe"}
+    row = t[(t.workload_kind == "decode") & (t.batch_size == 8) & (t.total_kv_read_tokens == 8 * 1024)].iloc[0]
+    r_ = om.resolve_request(om.OpModelRequest("Qwen/Qwen3-30B-A3B", "h200_sxm", (), layouts=(om.ParallelLayout(2, 4, None, 2),)))
+    eng = om.Engine(r_.req.model, "h200_sxm", r_.backend_version, 2, gemm=None, kv=None, fmha=None, moe_tp=1, moe_ep=4, dp=2)
+    assert float(row.latency_ms) == pytest.approx(eng.decode_ms(8, 1024), rel=1e-9)
+
+
+def test_the_schema_accepts_attention_dp_at_tp_above_1_in_modelled_profiles_only(dp_profile):
+    from jaxsim.errors import JaxsimError
+    from jaxsim.profile.model import ModelProfile
+
+    out, _ = dp_profile
+    d = json.loads((out / "profile.json").read_text())
+    assert ModelProfile.from_dict(d, source="x").deployments[0].dp == 2
+    measured = dict(d, data_source="measured", provenance="measured on a real cluster")
+    with pytest.raises(JaxsimError, match="accepted in modelled profiles only"):
+        ModelProfile.from_dict(measured, source="x")
+    bad = json.loads(json.dumps(d))
+    bad["deployments"][0]["moe_ep"] = 2  # the experts not over every rank
+    bad["deployments"][0]["moe_tp"] = 2
+    with pytest.raises(JaxsimError, match="TP, DEP, or TEP topology"):
+        ModelProfile.from_dict(bad, source="x")
+
+
+def test_attention_dp_worker_sweeps_each_rank_at_its_share(dp_profile, tmp_path):
+    from jaxsim.sweep.replayed import binding_config
+    from jaxsim.sweep.spec import load_spec, plan_sweep
+
+    out, _ = dp_profile
+    s = _sweep(tmp_path, f'[[profile]]\nname = "{out}"\n')
+    assert s["bindings_valid"] == 1 and s["configs_evaluated"] == 2 and not s["invalid"]
+    t = pq.read_table(tmp_path / "s.parquet").to_pandas().sort_values("concurrency_target")
+    assert list(t.dp) == [2, 2] and list(t.gpus) == [4, 4] and list(t.concurrency) == [2, 8]
+    assert np.all(t.decode_batch <= t.concurrency_target / 2 + 1e-9)  # a rank's batch: its share of the clients
+    # the worker's throughput: per GPU the rank's (rate / tp), in total x tp x dp GPUs; its request rate x dp ranks
+    assert np.allclose(t.total_output_tokens_per_s, t.output_tokens_per_s_per_gpu * 4)
+    assert np.allclose(t.request_rate_per_s * t.osl_mean, t.total_output_tokens_per_s, rtol=1e-9)
+    # each rank is evaluated as an engine at ceil(C / dp) clients; a replay runs dp ranks round-robin
+    spec = tmp_path / "s.toml"
+    plan = plan_sweep(load_spec(spec))
+    assert list(plan.inputs(np.arange(2)).concurrency) == [1, 4] and list(plan.inputs(np.arange(2)).decode_gpus) == [2, 2]
+    assert binding_config(plan, 0, "x").aggregated.replicas == 2
+    # disaggregated attention-DP workers are not modelled: one line, the rule named
+    spec.write_text(f'[[profile]]\nname = "{out}"\n[serving]\nmode = ["disaggregated"]\nratios = ["1:1"]\n'
+                    '[scheduler]\nconcurrency = [2]\n[[workload]]\nisl = 1024\nosl = 128\n')
+    r = runner.invoke(app, ["sweep", str(spec), "--output", str(tmp_path / "dis.parquet"), "--quiet"])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and "attention-dp: tp=2 dp=2 moe_tp=1 moe_ep=4 is served aggregated only" in lines[0]

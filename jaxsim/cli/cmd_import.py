@@ -48,7 +48,9 @@ optional extra: pip install -e '.\\[opmodel]').
 MODEL is a model id whose config ships with aiconfigurator-core (see --list-models), SYSTEM a GPU with op-level
 vLLM data (see --list-systems). One deployment per parallel layout: --tp N gives pure tensor parallelism (an MoE
 model with moe_tp = N), --layout adds layouts such as tp8:ep8 (attention TP8, experts over 8 GPUs: moe_tp 1 x
-moe_ep 8); a layout the op model cannot price is refused with its reason. Per layout: decode curves over a batch x
+moe_ep 8) or tp2:dp2:ep4 (attention data parallelism: a worker of 2 ranks of TP2, 4 GPUs, the experts over all 4;
+each rank priced at its own batch, swept as an engine at 1/dp of the worker's clients); a layout the op model
+cannot price is refused with its reason. Per layout: decode curves over a batch x
 per-request KV grid up to the modelled KV pool / max_model_len, prefill rows for batches 1..--max-prefill-batch
 over a new-token x cached-prefix grid up to --max-num-batched-tokens (chunked prefill with prefix reads), and the
 resources from the op model's memory estimate: the KV pool in bytes at --gpu-memory-utilization and the KV layout
@@ -203,7 +205,8 @@ def register(app: typer.Typer) -> None:
         system: str | None = typer.Option(None, "--system", help="GPU, e.g. h200_sxm (see --list-systems)."),
         tp: str | None = typer.Option(None, "--tp", help="Comma-separated tensor-parallel sizes, e.g. 1,2,4,8 (default 1 without --layout)."),
         layout: str | None = typer.Option(
-            None, "--layout", help="Comma-separated parallel layouts tpN[:epN][:moetpN], e.g. tp4:ep4,tp8:ep8 (MoE expert parallel)."
+            None, "--layout", help="Comma-separated parallel layouts tpN[:dpN][:epN][:moetpN], e.g. tp4:ep4,tp8:ep8 (MoE expert parallel), "
+            "tp2:dp2:ep4 (attention DP)."
         ),
         output: Path | None = typer.Option(None, "--output", "-o", help="Profile directory to write."),
         backend_version: str | None = typer.Option(None, "--backend-version", help="Op-model vLLM database version (default: its current one)."),

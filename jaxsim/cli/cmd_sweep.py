@@ -71,7 +71,7 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         "profile": r["profile"],
         "source": r.get("data_source", "-"),
         "mode": mode,
-        "tp": r["tp"] if r.get("moe_ep", 1) == 1 else f"{r['tp']} ep{r['moe_ep']}",  # expert parallel: moe_tp 1 x moe_ep
+        "tp": _tp_label(r),
         "nextn": r["nextn"],
         "acceptance": r["acceptance"] if r["nextn"] else "-",
         "conc": f"{r['concurrency']}/{r['concurrency_target']}",
@@ -84,6 +84,14 @@ def _describe(r: dict, pct_keys: tuple[str, ...] = ()) -> dict:
         **({"method": r["method"]} if "method" in r else {}),
         "$/1M tok": _fmt(r.get("usd_per_1m_output_tokens", float("nan")), 2),
     }
+
+
+def _tp_label(r: dict):
+    """TP, with attention DP (``2 dp2 ep4``: 2 ranks of TP2) and expert parallelism (moe_tp 1 x moe_ep) when present."""
+    dp, ep = r.get("dp", 1), r.get("moe_ep", 1)
+    if dp == 1 and ep == 1:
+        return r["tp"]
+    return f"{r['tp']}" + (f" dp{dp}" if dp != 1 else "") + (f" ep{ep}" if ep != 1 else "")
 
 
 def _stat_label(key: str) -> str:
@@ -253,7 +261,8 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
                      if methods.get("steady") else "") + "column method")
     con.print(
         "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "
-        "tp \"8 ep8\" = TP8 with the MoE experts over 8 GPUs (moe_tp 1 x moe_ep 8); "
+        "tp \"8 ep8\" = TP8 with the MoE experts over 8 GPUs (moe_tp 1 x moe_ep 8), \"2 dp2 ep4\" = 2 attention-DP ranks of TP2 "
+        "(4 GPUs; conc per worker, batch and pool per rank); "
         + ("mean/pNN columns = statistics of the replayed requests (vLLM's definitions, numpy linear percentiles); "
            if methods.get("replay") else
            "mean ttft, mean tpot = means over the workload mix; median/p90/p99 columns = percentiles over the mix and, in a closed "

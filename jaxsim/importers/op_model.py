@@ -331,10 +331,12 @@ def _resolve_layouts(req: OpModelRequest, text: dict, n_exp: int) -> tuple[Layou
             raise OpModelError(f"--tp {tp} does not divide {req.model}'s {heads} attention heads")
         if kv_heads and kv_heads % tp and tp % kv_heads:
             raise OpModelError(f"--tp {tp} does not divide {req.model}'s {kv_heads} KV heads (nor is a multiple of them)")
-        if lay.dp != 1:
-            raise OpModelError(f"{where}: attention data parallelism (dp={lay.dp}) is not imported: jaxsim's sweep and replay "
-                               "run one engine per worker; import TP (tpN) or TEP (tpN:epN) layouts")
         width = tp * lay.dp
+        if lay.dp != 1 and not n_exp:
+            raise OpModelError(f"{where}: attention data parallelism (dp={lay.dp}) applies to MoE models ({req.model} is dense: "
+                               "its DP ranks are independent engines; import TP and serve replicas)")
+        if lay.dp != 1 and req.num_draft_tokens:
+            raise OpModelError(f"{where}: speculative rounds (--nextn) need DP1 (the FPM speculative-round identity is pure TP)")
         if not n_exp:
             if lay.moe_ep != 1 or lay.moe_tp not in (None, 1, tp):
                 raise OpModelError(f"{where}: {req.model} is dense (no experts): moe_ep/moe_tp apply to MoE models only")
@@ -348,10 +350,14 @@ def _resolve_layouts(req: OpModelRequest, text: dict, n_exp: int) -> tuple[Layou
                                f"{width} (the op model's parallelism rule)")
         if n_exp % lay.moe_ep:
             raise OpModelError(f"{where}: moe_ep {lay.moe_ep} does not divide {req.model}'s {n_exp} experts")
-        if not (moe_tp == tp and lay.moe_ep == 1) and not (moe_tp == 1 and lay.moe_ep == tp):
+        if lay.dp != 1 and not (moe_tp == 1 and lay.moe_ep == width):
+            raise OpModelError(f"{where} (tp={tp} dp={lay.dp} moe_tp={moe_tp} moe_ep={lay.moe_ep}): attention-DP layouts are "
+                               f"imported with the experts spread over every rank (moe_tp 1, moe_ep = tp x dp = {width}), e.g. "
+                               f"tp{tp}:dp{lay.dp}:ep{width}")
+        if lay.dp == 1 and not (moe_tp == tp and lay.moe_ep == 1) and not (moe_tp == 1 and lay.moe_ep == tp):
             raise OpModelError(f"{where} (tp={tp} moe_tp={moe_tp} moe_ep={lay.moe_ep}): FPM profiles record MoE layouts TP "
-                               "(moe_tp = tp) or TEP (moe_tp 1, moe_ep = tp) only")
-        out.append(Layout(tp, moe_tp, lay.moe_ep))
+                               "(moe_tp = tp), TEP (moe_tp 1, moe_ep = tp) or, with attention DP, moe_tp 1 and moe_ep = tp x dp only")
+        out.append(Layout(tp, moe_tp, lay.moe_ep, lay.dp))
     return tuple(dict.fromkeys(out))
 
 
@@ -452,7 +458,7 @@ class Engine:
     """One compiled op-model engine (model, system, version, parallel layout, precisions)."""
 
     def __init__(self, model_path: str, system: str, version: str, tp: int, *, gemm: str | None, kv: str | None,
-                 fmha: str | None, nextn: int = 0, moe_tp: int | None = None, moe_ep: int = 1, moe: str | None = None):
+                 fmha: str | None, nextn: int = 0, moe_tp: int | None = None, moe_ep: int = 1, moe: str | None = None, dp: int = 1):
         engine, _, perf_database = _aic()
         from aiconfigurator_core.sdk.config_builders import (
             apply_nextn,
@@ -461,13 +467,14 @@ class Engine:
         from aiconfigurator_core.sdk.models import get_model
 
         moe_tp = tp if moe_tp is None else moe_tp
-        cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=1, moe_tp_size=moe_tp, moe_ep_size=moe_ep,
+        cfg = build_model_config(tp_size=tp, pp_size=1, attention_dp_size=dp, moe_tp_size=moe_tp, moe_ep_size=moe_ep,
                                  gemm_quant_mode=gemm, kvcache_quant_mode=kv, fmha_quant_mode=fmha, moe_quant_mode=moe)
         apply_nextn(cfg, nextn)
         try:
             self.model = get_model(model_path, cfg, BACKEND)
         except AssertionError as e:
-            raise OpModelError(f"{model_path} at tp={tp} moe_tp={moe_tp} moe_ep={moe_ep}: the op model refuses it: "
+            raise OpModelError(f"{model_path} at tp={tp}" + (f" dp={dp}" if dp != 1 else "") + f" moe_tp={moe_tp} moe_ep={moe_ep}: "
+                               "the op model refuses it: "
                                f"{' '.join(str(e).split())}") from None
         database = engine._maybe_load_database(system, BACKEND, version, None)
         if database is None:
@@ -541,7 +548,8 @@ def _memory(r: ResolvedRequest, lay: Layout, eng: Engine) -> tuple[int, dict, in
         est = memory.estimate_kv_cache(
             req.model, req.system, BACKEND, r.backend_version, max_num_tokens=req.max_num_batched_tokens,
             max_batch_size=req.max_num_seqs, memory_fraction_kind="of_total",
-            memory_fraction_value=req.gpu_memory_utilization, tp_size=lay.tp, moe_tp_size=lay.moe_tp, moe_ep_size=lay.moe_ep,
+            memory_fraction_value=req.gpu_memory_utilization, tp_size=lay.tp, attention_dp_size=lay.dp, moe_tp_size=lay.moe_tp,
+            moe_ep_size=lay.moe_ep,
             gemm_quant_mode=eng.gemm, kvcache_quant_mode=eng.kv, fmha_quant_mode=eng.fmha,
             moe_quant_mode=eng.moe if r.num_experts else None, nextn=eng.nextn,
         )
@@ -594,7 +602,7 @@ def _price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     req = r.req
     mtp = bool(req.num_draft_tokens) and r.draft_dir is None
     eng = Engine(req.model, req.system, r.backend_version, lay.tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
-                 nextn=req.num_draft_tokens if mtp else 0, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, moe=req.moe_quant_mode)
+                 nextn=req.num_draft_tokens if mtp else 0, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, moe=req.moe_quant_mode, dp=lay.dp)
     where = f"{req.model} {lay.describe()} on {req.system}"
     geo = kv_geometry(eng.model.get_kvcache_bytes_per_sequence, what=where, layers=layer_kinds(r.config))
     if geo.full_bytes_per_token < 1:
@@ -749,14 +757,15 @@ def _deployment(r: ResolvedRequest, c: CellResult, rev: str) -> Deployment:
 def _table(r: ResolvedRequest, dep: Deployment, c: CellResult, rev: str) -> dict:
     """One cell's schema-7 rows, labelled as the op model's (modelled, single sample)."""
     lay = c.layout
-    cell_id = f"opmodel-{r.req.system}-tp{lay.tp}" + (f"-ep{lay.moe_ep}" if lay.moe_ep > 1 else "")
+    cell_id = f"opmodel-{r.req.system}-tp{lay.tp}" + (f"-dp{lay.dp}" if lay.dp > 1 else "") + (f"-ep{lay.moe_ep}" if lay.moe_ep > 1 else "")
     cols = table_columns(dep, model=r.req.model, model_revision=rev, binned=c.rows, cell_id=cell_id, latency_decode=c.latency_decode)
     n = len(cols["latency_ms"])
     cols["model_support_level"] = [DATA_SOURCE] * n
     cols["timing_boundary"] = ["aiconfigurator_op_model"] * n
     cols["aic_database_version"] = [r.backend_version] * n
     cols["measurement_reduction"] = ["single_sample"] * n
-    cols["parallel_strategy"] = ["pure_tp" if lay.moe_ep == 1 else "tp_attention_ep_moe"] * n
+    strategy = "dp_attention_ep_moe" if lay.dp > 1 else "pure_tp" if lay.moe_ep == 1 else "tp_attention_ep_moe"
+    cols["parallel_strategy"] = [strategy] * n
     cols.pop("source_sample_count")
     return cols
 
@@ -792,7 +801,7 @@ def _provenance(r: ResolvedRequest, rev: str) -> str:
         f"Prefill: batches 1..{req.max_prefill_batch}, per-request new tokens 1..{DENSE_TOKENS} then "
         f"1/{PREFILL_TOKEN_STEPS_PER_OCTAVE}-octave steps to max_num_batched_tokens/b x cached prefix 0 "
         f"and 1/{PREFILL_PREFIX_STEPS_PER_OCTAVE}-octave steps from {MIN_PREFIX_TOKENS} to max_model_len "
-        f"(predict_prefill_latency(b, t + p, p)). Parallel layouts: {', '.join(lay.describe() for lay in r.layouts)}. "
+        f"(predict_prefill_latency(b, t + p, p)). Parallel layouts: {', '.join(lay.describe() for lay in r.layouts)}.{_dp_note(r)} "
         f"Resources from the op model's memory estimate: the KV pool is its budget in bytes (GPU memory x "
         f"gpu_memory_utilization minus weights, activations and overheads, recorded per deployment in memory.json); the "
         f"KV layout by attention kind (full attention per token, sliding-window layers capped at their window, linear-"
@@ -802,6 +811,15 @@ def _provenance(r: ResolvedRequest, rev: str) -> str:
     )
 
 
+def _dp_note(r: ResolvedRequest) -> str:
+    if all(lay.dp == 1 for lay in r.layouts):
+        return ""
+    return (" Attention-DP layouts (dp > 1): a worker is dp attention ranks of tp GPUs each (tp x dp GPUs), the experts "
+            "spread over all of them (moe_ep = tp x dp); the op model prices one rank's forward pass at batch b with every "
+            "rank running the same batch (attention_dp_size = dp: its MoE layers see dp x b tokens), so each row is one "
+            "rank's pass at its own batch and KV, and the KV pool is per rank.")
+
+
 def _summary(r: ResolvedRequest, cells: Sequence[CellResult]) -> dict:
     req = r.req
     out = {"model": req.model, "system": req.system, "backend_version": r.backend_version, "data_source": DATA_SOURCE,
@@ -809,7 +827,7 @@ def _summary(r: ResolvedRequest, cells: Sequence[CellResult]) -> dict:
     for c in cells:
         res, lay = c.resources, c.layout
         out["cells"].append({
-            "layout": lay.describe(), "tp": lay.tp, "moe_tp": lay.moe_tp, "moe_ep": lay.moe_ep, "seconds": round(c.seconds, 2),
+            "layout": lay.describe(), "tp": lay.tp, "dp": lay.dp, "moe_tp": lay.moe_tp, "moe_ep": lay.moe_ep, "seconds": round(c.seconds, 2),
             "queries": c.queries, "decode_rows": int(c.rows.decode_batch.size), "decode_curves": int(np.unique(c.rows.decode_batch).size),
             "prefill_rows": int(c.rows.prefill_batch.size), "cache_layout": res.cache_layout, "kv_pool_bytes": c.pool_bytes,
             "kv_pool_tokens": c.pool_tokens if c.geometry.linear else None, "kv_bytes_per_token": c.kv_bytes_per_token,

@@ -315,13 +315,17 @@ def infer_data_source(provenance: str) -> str:
     return "measured"
 
 
-def _topology_ok(d: Deployment, num_experts: int) -> bool:
+def _topology_ok(d: Deployment, num_experts: int, source: str = "measured") -> bool:
+    """The reference's topologies (dense TP; MoE TP, DEP, TEP). A MODELLED profile (the op model prices attention DP
+    at any attention TP) may also record attention-DP ranks of TP > 1 with the experts over all of them
+    (moe_tp 1, moe_ep = tp x dp): DEP at attention TP > 1."""
     if num_experts == 0:
         return d.dp == 1 and d.moe_ep == 1 and d.moe_tp in (1, d.tp)
     tp_mode = d.dp == 1 and d.moe_ep == 1 and d.moe_tp == d.tp
     dep_mode = d.tp == 1 and d.moe_tp == 1 and d.moe_ep == d.dp
     tep_mode = d.dp == 1 and d.moe_tp == 1 and d.moe_ep == d.tp
-    return tp_mode or dep_mode or tep_mode
+    modelled_dp = source == "modelled" and d.dp > 1 and d.moe_tp == 1 and d.moe_ep == d.tp * d.dp
+    return tp_mode or dep_mode or tep_mode or modelled_dp
 
 
 @dataclass(frozen=True)
@@ -486,10 +490,13 @@ def _pinned_revision(rev: str) -> str | None:
 
 def _make_model_profile(doc: sc.Doc, path: str, d: dict) -> ModelProfile:
     deps, experts, rev = d["deployments"], d["num_experts"], d["model_revision"]
+    source = d.get("data_source") or infer_data_source(d["provenance"])
     for i, dep in enumerate(deps):
         where = f"deployments[{i}]"
-        if not _topology_ok(dep, experts):
-            raise doc.error(where, "FPM profile requires dense TP or an MoE TP, DEP, or TEP topology with matching world sizes")
+        if not _topology_ok(dep, experts, source):
+            extra = (" (attention DP at tp > 1 with moe_tp 1, moe_ep = tp x dp is accepted in modelled profiles only)"
+                     if experts and dep.dp > 1 and dep.tp > 1 else "")
+            raise doc.error(where, f"FPM profile requires dense TP or an MoE TP, DEP, or TEP topology with matching world sizes{extra}")
         if dep.moe_ep > 1 and (experts == 0 or experts % dep.moe_ep):
             raise doc.error(f"{where}.moe_ep", f"moe_ep={dep.moe_ep} requires num_experts > 0 divisible by it (num_experts={experts})")
     if any(dep.execution_profile is not None for dep in deps) and not HEX40.fullmatch(rev):

@@ -112,7 +112,7 @@ def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
     return WorkerPool(
         table=rb.table, max_num_batched_tokens=int(rb.max_num_batched_tokens), max_num_seqs=int(rb.max_num_seqs),
         block_size=int(block_size), num_gpu_blocks=int(rb.blocks.num_gpu_blocks),
-        max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas),
+        max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas) * int(rb.role.dp),  # DP ranks
         state_blocks=int(rb.blocks.state_blocks),
     )
 

@@ -59,14 +59,15 @@ def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_co
                    tables=None) -> ReplayConfig:
     """Binding ``b`` of a sweep plan as a replay deployment of ``units`` serving units: each pool its role's
     table (``tables``: the plan's tables padded alike, default the plan's own), scheduler envelope and KV
-    pool, its replicas × ``units``; ``max_concurrency`` clients per replica (aggregated only; 0: open loop)."""
+    pool, its replicas × ``units`` (an attention-DP worker: its dp ranks, each an engine of tp GPUs, requests routed
+    round-robin); ``max_concurrency`` clients per replica (aggregated only; 0: open loop)."""
     tables = plan.tables if tables is None else tables
     row, labels = plan.bindings.row(b), plan.labels
     mode = labels["mode"][row.mode]
     rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
     source = labels["data_source"][row.data_source]
     dec = WorkerPool(tables[row.decode_table], row.max_num_batched_tokens, row.max_num_seqs, row.block_size, row.kv_blocks,
-                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else 1), row.kv_state_blocks)
+                     row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else row.dp), row.kv_state_blocks)
     if mode == "aggregated":
         return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source, max_concurrency=int(max_concurrency))
     pre = WorkerPool(tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
@@ -250,7 +251,8 @@ class PointReplays:
         overheads = plan.overheads[B.profile]
         out = []
         for i, o in enumerate(outcomes):
-            m = replay_metrics(o, int(B.gpus[i]), int(conc[i]), int(B.max_num_seqs[i]), overhead=tuple(overheads[i]))
+            per_rank = -(-int(conc[i]) // int(B.dp[i]))  # the concurrency column is per engine (attention-DP rank), as the steady state's
+            m = replay_metrics(o, int(B.gpus[i]), per_rank, int(B.max_num_seqs[i]), overhead=tuple(overheads[i]))
             m["sla_ok"] = sla_ok(m, m["status"], plan.spec.sla)
             out.append(m)
         return out

@@ -167,6 +167,21 @@ def _dict_col(codes: np.ndarray, labels: Sequence[str] | pa.Array) -> pa.Diction
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), dictionary)
 
 
+def per_worker(met: dict, cols: dict, method: np.ndarray | None) -> dict:
+    """An attention-DP worker's metrics from one rank's (each rank an engine at 1/dp of the concurrency, every rank
+    alike): the reached concurrency x dp (at most the target) and, for steady-state rows (one engine), the request
+    rate x dp; throughput per GPU and latencies are the rank's (a replay already ran every rank)."""
+    dp = np.asarray(cols["dp"], np.int64)
+    if not np.any(dp > 1):
+        return met
+    steady = np.ones(dp.shape, bool) if method is None else np.asarray(method)[: dp.size] == 0
+    out = dict(met)
+    conc = np.asarray(met["concurrency"])
+    out["concurrency"] = np.minimum(conc * dp, cols["concurrency_target"]).astype(conc.dtype)
+    out["request_rate_per_s"] = np.where(steady, met["request_rate_per_s"] * dp, met["request_rate_per_s"])
+    return out
+
+
 def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, method: np.ndarray | None = None) -> pa.Table:
     """Inputs + metrics (a batched :class:`~jaxsim.sweep.evaluate.Metrics`, or its columns) of configs
     [start, stop) as an arrow table (label columns dictionary-encoded);
@@ -178,6 +193,7 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, me
     for k, v in cols.items():
         out[k] = _dict_col(v, plan.labels[k]) if k in ("profile", "data_source", "system", "mode", "acceptance", "workload") else pa.array(v)
     met = {k: np.asarray(v)[:n] for k, v in (m.items() if isinstance(m, dict) else ((k, getattr(m, k)) for k in m.__dataclass_fields__))}
+    met = per_worker(met, cols, method)
     out["status"] = pa.array(met["status"].astype(np.int32))
     out["status_name"] = _dict_col(met["status"], _STATUS_DICT)
     out["limit"] = _dict_col(met["limit"], _LIMIT_DICT)

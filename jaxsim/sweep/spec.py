@@ -88,6 +88,7 @@ class ProfileAxis:
     moe_tp: tuple[int, ...] | None = None
     moe_ep: tuple[int, ...] | None = None
     overhead: ServingOverhead = ServingOverhead()  # serving overhead outside the forward passes (zero unless set)
+    dp: tuple[int, ...] | None = None  # attention data-parallel ranks per worker (None: every value recorded)
 
 
 @dataclass(frozen=True)
@@ -395,10 +396,11 @@ _SPEC = sc.Table({
         "tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "moe_tp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "moe_ep": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
+        "dp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
         "overhead": sc.Field(sc.Custom(_overhead)),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
-                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()))),
+                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()), d.get("dp"))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -496,6 +498,7 @@ class BindingKey:
     max_num_batched_tokens: int | None
     moe_tp: int = 1
     moe_ep: int = 1
+    dp: int = 1  # attention data-parallel ranks of the worker (each an engine of tp GPUs)
 
     @property
     def disaggregated(self) -> bool:
@@ -503,14 +506,15 @@ class BindingKey:
 
     @property
     def layout(self) -> str:
-        """``tp=T`` (dense, or MoE with moe_tp = tp), else ``tp=T moe_tp=M moe_ep=E``."""
-        pure = self.moe_ep == 1 and self.moe_tp in (1, self.tp)
-        return f"tp={self.tp}" if pure else f"tp={self.tp} moe_tp={self.moe_tp} moe_ep={self.moe_ep}"
+        """``tp=T`` (dense, or MoE with moe_tp = tp), else ``tp=T [dp=D] moe_tp=M moe_ep=E``."""
+        pure = self.moe_ep == 1 and self.moe_tp in (1, self.tp) and self.dp == 1
+        dp = f" dp={self.dp}" if self.dp != 1 else ""
+        return f"tp={self.tp}" if pure else f"tp={self.tp}{dp} moe_tp={self.moe_tp} moe_ep={self.moe_ep}"
 
     @property
     def gpus(self) -> int:
-        """GPUs of one serving unit."""
-        return (self.prefill_workers + self.decode_workers) * self.tp if self.disaggregated else self.tp
+        """GPUs of one serving unit (an attention-DP worker: tp x dp)."""
+        return (self.prefill_workers + self.decode_workers) * self.tp * self.dp if self.disaggregated else self.tp * self.dp
 
     def describe(self) -> str:
         """How refusals name this binding (a missing acceptance is refused for every serving mode at once)."""
@@ -541,6 +545,7 @@ class Bindings:
     tp: Int64[ArrayLike, "*b"]
     moe_tp: Int64[ArrayLike, "*b"]  # the MoE layout of the (decode or aggregated) deployment
     moe_ep: Int64[ArrayLike, "*b"]
+    dp: Int64[ArrayLike, "*b"]  # attention data-parallel ranks per worker (each an engine at 1/dp of the concurrency)
     gpus: Int64[ArrayLike, "*b"]  # one serving unit
     replicas: Int64[ArrayLike, "*b"]  # serving units in the GPU budget (1 without one)
     nextn: Int64[ArrayLike, "*b"]
@@ -669,7 +674,7 @@ class SweepPlan:
             max_model_len=B.max_model_len,
             kv_bytes_per_token=B.kv_bytes_per_token,
             kv_transfer_bytes_per_s=B.kv_transfer_bytes_per_s,
-            concurrency=np.asarray(self.spec.concurrency, np.int64)[c],
+            concurrency=-(-np.asarray(self.spec.concurrency, np.int64)[c] // B.dp),  # per attention-DP rank (ceil)
             **dict(zip(("isl", "osl"), self.benchmark_lengths(self.wl_isl[w], self.wl_osl[w]))),
             weight=self.wl_weight[w],
             prefix_hit_ratio=self.wl_hit_ratio[w],
@@ -712,7 +717,7 @@ class SweepPlan:
         cols["config_id"] = idx
         for k in ("profile", "data_source", "system", "mode"):
             cols[k] = getattr(B, k).astype(np.int32)
-        for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "moe_tp", "moe_ep", "gpus", "replicas", "nextn"):
+        for k in ("prefill_workers", "decode_workers", "prefill_tp", "tp", "moe_tp", "moe_ep", "dp", "gpus", "replicas", "nextn"):
             cols[k] = getattr(B, k)
         cols["acceptance"] = B.acceptance.astype(np.int32)
         cols["accepted_tokens_mean"] = self.accepted_mean[B.acceptance_id]
@@ -775,6 +780,7 @@ class _Layout(NamedTuple):
     system: str
     version: str | None
     k: int
+    dp: int = 1
 
 
 def _wanted(values: tuple[int, ...] | None, v: int) -> bool:
@@ -789,16 +795,17 @@ def _layouts(axis: ProfileAxis, profile: ModelProfile) -> list[_Layout]:
     deps = profile.deployments
     out: list[_Layout] = []
     for tp in axis.tp if axis.tp is not None else tuple(sorted({d.tp for d in deps})):
-        at_tp = [d for d in deps if d.tp == tp and _wanted(axis.moe_tp, d.moe_tp) and _wanted(axis.moe_ep, d.moe_ep)]
-        moe = sorted({(d.moe_tp, d.moe_ep) for d in at_tp}, key=lambda m: (m[1], -m[0]))
+        at_tp = [d for d in deps if d.tp == tp and _wanted(axis.moe_tp, d.moe_tp) and _wanted(axis.moe_ep, d.moe_ep)
+                 and _wanted(axis.dp, d.dp)]
+        moe = sorted({(d.dp, d.moe_tp, d.moe_ep) for d in at_tp}, key=lambda m: (m[0], m[2], -m[1]))
         if not moe:
-            moe = [((axis.moe_tp or (1,))[0], (axis.moe_ep or (1,))[0])]
-        for moe_tp, moe_ep in moe:
-            here = [d for d in at_tp if (d.moe_tp, d.moe_ep) == (moe_tp, moe_ep)]
+            moe = [((axis.dp or (1,))[0], (axis.moe_tp or (1,))[0], (axis.moe_ep or (1,))[0])]
+        for dp, moe_tp, moe_ep in moe:
+            here = [d for d in at_tp if (d.dp, d.moe_tp, d.moe_ep) == (dp, moe_tp, moe_ep)]
             idents = list(dict.fromkeys((d.system, d.backend_version) for d in here)) or [(deps[0].system, deps[0].backend_version)]
             for system, version in idents:
                 k = max((d.num_draft_tokens for d in here if (d.system, d.backend_version) == (system, version)), default=0)
-                out.append(_Layout(tp, moe_tp, moe_ep, system, version, k))
+                out.append(_Layout(tp, moe_tp, moe_ep, system, version, k, dp))
     return out
 
 
@@ -810,7 +817,7 @@ def binding_grid(spec: SweepSpec, axis: ProfileAxis, profile: ModelProfile) -> I
             k = lay.k if nextn == PROFILE_NEXTN else nextn
             accs = (spec.acceptance or (None,)) if k > 0 else (None,)
             for a, mns, mbt in itertools.product(accs, spec.max_num_seqs, spec.max_num_batched_tokens):
-                yield BindingKey(axis, lay.tp, lay.system, lay.version, mode, x, y, k, a, mns, mbt, lay.moe_tp, lay.moe_ep)
+                yield BindingKey(axis, lay.tp, lay.system, lay.version, mode, x, y, k, a, mns, mbt, lay.moe_tp, lay.moe_ep, lay.dp)
 
 
 def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
@@ -819,6 +826,7 @@ def _grid_size(spec: SweepSpec, axis: ProfileAxis) -> int:
         len(axis.tp or (1,))
         * len(axis.moe_tp or (1,))
         * len(axis.moe_ep or (1,))
+        * len(axis.dp or (1,))
         * len(_servings(spec))
         * len(spec.nextn)
         * max(len(spec.acceptance), 1)
@@ -835,7 +843,7 @@ def deployment_config(spec: SweepSpec, root: Path, profile: ModelProfile, key: B
     (unchecked: :func:`jaxsim.rules.config.check_config` checks it). Disaggregated serving gives the
     prefill role the token budget only; the decode role gets the whole envelope."""
     envelope = {"max_num_seqs": key.max_num_seqs, "max_num_batched_tokens": key.max_num_batched_tokens}
-    layout = {"tp": key.tp, "moe_tp": key.moe_tp, "moe_ep": key.moe_ep}
+    layout = {"tp": key.tp, "dp": key.dp, "moe_tp": key.moe_tp, "moe_ep": key.moe_ep}
     if key.disaggregated:
         roles = (RoleConfig("prefill", **layout, replicas=key.prefill_workers, max_num_batched_tokens=key.max_num_batched_tokens),
                  RoleConfig("decode", **layout, replicas=key.decode_workers, **envelope))
@@ -856,6 +864,9 @@ def bind_key(spec: SweepSpec, root: Path, profile: ModelProfile, key: BindingKey
     :class:`~jaxsim.deploy.binding.Binding`, or the first problem (``<rule>: <why>``)."""
     if key.nextn > 0 and key.acceptance is None:
         return "acceptance-missing: nextn > 0 needs [speculation] acceptance values"
+    if key.dp > 1 and key.disaggregated:
+        return (f"attention-dp: {key.layout} is served aggregated only (each of the dp ranks an engine at 1/dp of the "
+                "concurrency); disaggregated attention-DP workers are not modelled")
     if spec.gpu_budget is not None and key.gpus > spec.gpu_budget:
         return f"gpu-budget: one serving unit needs {key.gpus} GPUs, more than the budget of {spec.gpu_budget}"
     cfg = deployment_config(spec, root, profile, key)
@@ -930,7 +941,7 @@ def _binding_row(spec: SweepSpec, key: BindingKey, b: Binding, profile: ModelPro
         profile=profile_code, system=codes.label("system", key.system), mode=codes.label("mode", key.mode),
         acceptance=codes.label("acceptance", key.acceptance.label if key.acceptance else "none"), acceptance_id=acceptance_id,
         prefill_workers=key.prefill_workers, decode_workers=key.decode_workers, prefill_tp=pre.deployment.tp, tp=dec.deployment.tp,
-        moe_tp=dec.deployment.moe_tp, moe_ep=dec.deployment.moe_ep,
+        moe_tp=dec.deployment.moe_tp, moe_ep=dec.deployment.moe_ep, dp=dec.deployment.dp,
         gpus=key.gpus, replicas=(spec.gpu_budget // key.gpus) if spec.gpu_budget else 1, nextn=key.nextn,
         max_num_seqs=dec.max_num_seqs, prefill_max_num_seqs=pre.max_num_seqs,
         max_num_batched_tokens=dec.max_num_batched_tokens, prefill_max_num_batched_tokens=pre.max_num_batched_tokens,
