@@ -16,7 +16,10 @@ concurrency. For every vLLM aggregated row:
   Precision: the row's gemm/moe labels first (``--gemm-quant-mode``, and ``--moe-quant-mode`` for MoE models); when the
   importer refuses them for a precision reason (a quantised checkpoint that has no such weights, or no silicon data for
   that precision), the NVFP4 checkpoint the op model ships for ``nvfp4`` labels (``nvidia/<name>-NVFP4``), else the
-  checkpoint's own precisions, and the row says which it used. Model ids the op model ships under another name are
+  checkpoint's own precisions, then (MoE) those with ``--precision-fallback`` (a block-quantised MoE precision the op
+  model cannot price at the layout priced with its per-tensor data, stated in the profile), and the row says which it
+  used. Attention-DP rows (``--layout tpT:dpD:epE``): the sample's batch_size is per DP rank, so the sweep's
+  concurrency per worker is batch_size x D. Model ids the op model ships under another name are
   mapped as aiconfigurator's own InferenceX adapter maps them (meta-llama/Llama-3.1-70B -> meta-llama/Meta-Llama-3.1-70B).
 * aiconfigurator: its vLLM aggregated estimate of the row (``cli_estimate(mode="agg")`` -> ``VLLMBackend.run_agg``),
   re-implemented with the core wheel as its accuracy harness calls it (tools/accuracy_regression_testing/
@@ -56,7 +59,7 @@ BENCHMARK: dict | None = None
 EVALUATE = "steady"
 """How a BENCHMARK sweep evaluates its points: the steady state, or a replay of each point's benchmark."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
-                 "--gemm-quant-mode", "--moe-quant-mode")
+                 "--gemm-quant-mode", "--moe-quant-mode", "--precision-fallback")
 
 
 def sample_path() -> Path:
@@ -96,6 +99,12 @@ def layout_args(lay: tuple[int, int, int, int], moe: bool) -> list[str]:
     return ["--layout", f"tp{tp}" + (f":dp{dp}" if dp != 1 else "") + f":ep{mep}:moetp{mtp}"]
 
 
+def worker_concurrency(row: dict) -> int:
+    """Clients per worker: the sample's batch_size is per attention-DP rank (its silicon_concurrency / dp), jaxsim's
+    sweep concurrency per worker (dp ranks)."""
+    return int(_int(row["batch_size"])) * (_int(row.get("attention_dp_size", "")) or 1)
+
+
 def cell_key(row: dict, moe: bool) -> tuple:
     return (row["model_path"], row["system"], row["gemm_quant_mode"], row["moe_quant_mode"], layout_of(row, moe))
 
@@ -119,6 +128,8 @@ def quant_candidates(model: str, gemm: str, moe_label: str, moe: bool) -> list[t
         if sib in known_models():
             out.append(("nvfp4 checkpoint", sib, []))
     out.append(("checkpoint", model, []))
+    if moe:  # a block-quantised MoE precision the op model cannot price at the layout: its stated per-tensor fallback
+        out.append(("checkpoint + precision fallback", model, ["--precision-fallback"]))
     return out
 
 
@@ -162,12 +173,12 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     from jaxsim.sweep.run import run_sweep
     from jaxsim.sweep.spec import spec_from_dict
 
-    tp, _, mtp, mep = lay
+    tp, dp, mtp, mep = lay
     pairs = sorted({(int(r["isl"]), int(r["osl"])) for r in rows})
     spec = {
         "name": name, "block_size": 16,
-        "profile": [{"name": str(profile), "tp": [tp], "moe_tp": [mtp], "moe_ep": [mep], "label": name[:40]}],
-        "scheduler": {"concurrency": sorted({int(_int(r["batch_size"])) for r in rows})},
+        "profile": [{"name": str(profile), "tp": [tp], "dp": [dp], "moe_tp": [mtp], "moe_ep": [mep], "label": name[:40]}],
+        "scheduler": {"concurrency": sorted({worker_concurrency(r) for r in rows})},
         "workload": [{"name": f"i{i}o{o}", "isl": i, "osl": o} for i, o in pairs],
     }
     folder = "sweeps"
@@ -228,7 +239,7 @@ def jaxsim_cell(work: Path, key: tuple, rows: list[dict]) -> dict[str, dict]:
     got, err = _sweep(work, profile, rows, lay, profile.name)
     out = {}
     for r in rows:
-        k = (int(_int(r["batch_size"])), int(r["isl"]), int(r["osl"]))
+        k = (worker_concurrency(r), int(r["isl"]), int(r["osl"]))
         if k not in got:
             out[r["id"]] = {**base, "jaxsim": False, "jaxsim_reason": f"sweep: {err or 'no configuration'}"}
             continue

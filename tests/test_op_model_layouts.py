@@ -189,6 +189,10 @@ def test_capacity_sweep_and_replay_use_the_grouped_geometry(hybrids, tmp_path):
     [
         # a layout the op model cannot price: MiniMax-M2.5's fp8 blocks do not split over moe_tp 8
         (["MiniMaxAI/MiniMax-M2.5", "--system", "h200_sxm", "--tp", "8"], "(moe_intermediate_size=1536 / moe_tp_size=8) % weight_block_size=128"),
+        (["MiniMaxAI/MiniMax-M2.5", "--system", "h200_sxm", "--tp", "8"], "; --precision-fallback prices the fp8_block MoE weights with the "
+         "op model's per-tensor fp8 data instead"),
+        # the fallback is for block-quantised MoE weights the op model cannot price, nothing else
+        (["deepseek-ai/DeepSeek-V3", "--system", "h200_sxm", "--tp", "4", "--precision-fallback"], "no KV pool"),
         # ... nor mixed moe_tp x moe_ep layouts (FPM profiles hold TP or TEP)
         (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp4:ep2"], "FPM profiles record MoE layouts TP"),
         (["Qwen/Qwen3-30B-A3B", "--system", "h200_sxm", "--layout", "tp2:ep4"], "moe_ep 4 does not divide the MoE width tp x dp = 2"),
@@ -315,3 +319,30 @@ def test_attention_dp_worker_sweeps_each_rank_at_its_share(dp_profile, tmp_path)
     r = runner.invoke(app, ["sweep", str(spec), "--output", str(tmp_path / "dis.parquet"), "--quiet"])
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and "attention-dp: tp=2 dp=2 moe_tp=1 moe_ep=4 is served aggregated only" in lines[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# precision fallback: a checkpoint precision the op model cannot price at a layout, never silently
+
+
+def test_precision_fallback_prices_unpriceable_block_moe_weights_per_tensor_and_says_so(tmp_path):
+    out = tmp_path / "p"
+    r = runner.invoke(app, ["import", "op-model", "MiniMaxAI/MiniMax-M2.5", "--system", "h200_sxm", "--tp", "4,8", "--output", str(out),
+                            "--json", "--precision-fallback", *SMALL])
+    assert r.exit_code == 0, r.output
+    warnings = [x for x in r.output.splitlines() if x.startswith("warning: precision fallback:")]
+    assert len(warnings) == 1 and "tp=8 moe_tp=8 moe_ep=1: the checkpoint's fp8_block MoE weights cannot be priced" in warnings[0]
+    summary = json.loads(r.output[r.output.index("{"):])
+    tp4, tp8 = summary["cells"]
+    assert (tp4["moe_quant_mode"], tp4["gemm_quant_mode"]) == ("fp8_block", "fp8_block") and "precision_fallback" not in tp4
+    assert (tp8["moe_quant_mode"], tp8["gemm_quant_mode"]) == ("fp8", "fp8_block") and "per-tensor fp8" in tp8["precision_fallback"]
+    prof = load_profile_dir(out).profile
+    assert [(d.tp, d.moe_quant_mode) for d in prof.deployments] == [(4, "fp8_block"), (8, "fp8")]
+    assert prof.provenance.count("PRECISION FALLBACK: tp=8 moe_tp=8 moe_ep=1") == 1
+    assert runner.invoke(app, ["profiles", "validate", str(out)]).exit_code == 0
+    # the TP4 layout is priced exactly as without the option
+    plain = tmp_path / "plain"
+    _import(plain, "MiniMaxAI/MiniMax-M2.5", "h200_sxm", "--tp", "4")
+    a = pq.read_table(out / "fpm_forward_perf.parquet").to_pandas()
+    b = pq.read_table(plain / "fpm_forward_perf.parquet").to_pandas()
+    assert np.array_equal(a[a.tp == 4].latency_ms.to_numpy(), b.latency_ms.to_numpy())

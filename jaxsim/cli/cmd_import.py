@@ -224,6 +224,11 @@ def register(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(None, "--max-model-len", help="vLLM max_model_len (default: the model's context length)."),
         nextn: int = typer.Option(0, "--nextn", help="Draft tokens per speculative round, 1..5 (0: autoregressive; MTP unless --draft-config)."),
         draft_config: Path | None = typer.Option(None, "--draft-config", help="EAGLE-3 draft model config.json (with --nextn)."),
+        precision_fallback: bool = typer.Option(
+            False, "--precision-fallback",
+            help="Where the op model cannot price the checkpoint's block-quantised MoE weights at a layout (fp8_block whose block "
+            "does not divide the per-rank MoE width), price them with its per-tensor fp8 data (stated in provenance, printed).",
+        ),
         list_models: bool = typer.Option(False, "--list-models", help="List the op model's models and exit."),
         list_systems: bool = typer.Option(False, "--list-systems", help="List the op model's systems and exit."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
@@ -245,9 +250,13 @@ def register(app: typer.Typer) -> None:
             moe_quant_mode=moe_quant_mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch, max_model_len=max_model_len,
             num_draft_tokens=nextn, draft_config=draft_config, layouts=om.parse_layouts(layout) if layout else (),
+            precision_fallback=precision_fallback,
         )
         result = om.import_op_model(req)
         om.write_op_model(output, result, force=True)
+        for c in result.cells:
+            if c.fallback:
+                typer.echo(f"warning: precision fallback: {c.fallback}", err=True)
         summary = {"output": str(output), **result.summary}
         if as_json:
             typer.echo(json.dumps(summary, indent=1))

@@ -82,6 +82,14 @@ PREFILL_PREFIX_STEPS_PER_OCTAVE = 2
 MIN_PREFIX_TOKENS = 16
 
 
+PRECISION_FALLBACK = {"fp8_block": "fp8"}
+"""``--precision-fallback``: a block-quantised MoE precision the op model cannot price at a layout (its quant block
+does not divide the per-rank MoE width) -> the per-tensor mode of the same width whose silicon data it prices the
+MoE GEMMs with instead (the other precisions stay the checkpoint's). aiconfigurator's accuracy harness prices the
+silicon sample's rows this way: with their ``fp8`` labels."""
+UNPRICEABLE_BLOCK = "Invalid quantized MoE configuration"
+
+
 class OpModelError(JaxsimError):
     """Bad input for the op-model importer (one line, exit 2)."""
 
@@ -254,6 +262,7 @@ class OpModelRequest:
     draft_config: Path | None = None
     moe_quant_mode: str | None = None
     layouts: tuple[ParallelLayout, ...] = ()
+    precision_fallback: bool = False  # --precision-fallback: see PRECISION_FALLBACK
 
     @property
     def all_layouts(self) -> tuple[ParallelLayout, ...]:
@@ -520,6 +529,7 @@ class CellResult:
     engine_modes: dict
     seconds: float
     queries: int
+    fallback: str = ""  # the precision fallback taken for this layout (empty: none), as provenance states it
 
     @property
     def tp(self) -> int:
@@ -566,6 +576,7 @@ def price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     """Price every table row of one (model, system, layout) cell with the op model; OpModelError (one line) when
     the op model cannot price this configuration (missing silicon data, unsupported precision, ...) or its
     modelled memory is physically impossible."""
+    req = r.req
     try:
         return _price_cell(r, lay)
     except (OpModelError, JaxsimError):
@@ -573,11 +584,28 @@ def price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     except Exception as e:  # the op model's own errors (PerfDataNotAvailableError, ValueError, RuntimeError, ...)
         msg = " ".join(str(e).split())
         msg = msg if len(msg) <= 300 else msg[:297] + "..."
-        req = r.req
+        moe = req.moe_quant_mode or r.checkpoint_modes.get("moe_quant_mode", "bfloat16")
+        fallback = PRECISION_FALLBACK.get(moe) if UNPRICEABLE_BLOCK in msg else None
+        if fallback is not None and req.precision_fallback:
+            return _price_with_fallback(r, lay, moe, fallback, msg)
+        hint = (f"; --precision-fallback prices the {moe} MoE weights with the op model's per-tensor {fallback} data instead"
+                if fallback is not None else "")
         raise OpModelError(
             f"{req.model} {lay.describe()} on {req.system}/vllm/{r.backend_version}: the op model cannot price this "
-            f"configuration ({type(e).__name__}: {msg})"
+            f"configuration ({type(e).__name__}: {msg}){hint}"
         ) from None
+
+
+def _price_with_fallback(r: ResolvedRequest, lay: Layout, moe: str, fallback: str, why: str) -> CellResult:
+    """One layout priced with the MoE precision ``fallback`` in place of ``moe`` (``--precision-fallback``)."""
+    from dataclasses import replace
+
+    r2 = replace(r, req=replace(r.req, moe_quant_mode=fallback, precision_fallback=False))
+    cell = price_cell(r2, lay)
+    note = (f"{lay.describe()}: the checkpoint's {moe} MoE weights cannot be priced by the op model at this layout ({why}); "
+            f"its MoE GEMMs are priced with the op model's per-tensor {fallback} data instead (--precision-fallback; the "
+            f"deployment records moe_quant_mode {fallback}, what was priced; the other precisions are the checkpoint's)")
+    return replace(cell, fallback=note)
 
 
 def _resources(r: ResolvedRequest, geo: KvGeometry, pool_bytes: int, mem: dict) -> Resources:
@@ -770,8 +798,9 @@ def _table(r: ResolvedRequest, dep: Deployment, c: CellResult, rev: str) -> dict
     return cols
 
 
-def _provenance(r: ResolvedRequest, rev: str) -> str:
+def _provenance(r: ResolvedRequest, rev: str, cells: Sequence[CellResult] = ()) -> str:
     req = r.req
+    fallbacks = "".join(f" PRECISION FALLBACK: {c.fallback}." for c in cells if c.fallback)
     spec = ""
     if req.num_draft_tokens and r.draft_dir is None:
         spec = (
@@ -807,7 +836,7 @@ def _provenance(r: ResolvedRequest, rev: str) -> str:
         f"KV layout by attention kind (full attention per token, sliding-window layers capped at their window, linear-"
         f"attention/state-space layers as one state per sequence: a grouped cache) from its bytes per sequence.{spec} "
         f"model_revision {rev} is a PLACEHOLDER: the first 40 hex digits of the sha256 of aiconfigurator-core's "
-        f"{r.config_path.name} for {req.model} (no Hugging Face revision is recorded)."
+        f"{r.config_path.name} for {req.model} (no Hugging Face revision is recorded).{fallbacks}"
     )
 
 
@@ -833,6 +862,7 @@ def _summary(r: ResolvedRequest, cells: Sequence[CellResult]) -> dict:
             "kv_pool_tokens": c.pool_tokens if c.geometry.linear else None, "kv_bytes_per_token": c.kv_bytes_per_token,
             "kv_geometry": c.geometry.describe(), "max_sequences_at_max_model_len": c.pool_bytes // c.geometry.sequence_bytes(r.max_model_len),
             "gpu_memory_bytes": c.gpu_memory_bytes, **c.memory, **c.engine_modes,
+            **({"precision_fallback": c.fallback} if c.fallback else {}),
         })
     return out
 
@@ -846,7 +876,7 @@ def import_op_model(req: OpModelRequest) -> OpModelImport:
     parts = [_table(r, d, c, rev) for d, c in zip(deps, cells)]
     profile = ModelProfile(
         schema_version=1, model=req.model, model_revision=rev, architecture=r.architecture,
-        context_length=r.context_length, num_experts=r.num_experts, provenance=_provenance(r, rev), deployments=tuple(deps),
+        context_length=r.context_length, num_experts=r.num_experts, provenance=_provenance(r, rev, cells), deployments=tuple(deps),
         data_source=DATA_SOURCE,
     )
     profile = ModelProfile.from_dict(profile.to_dict(), source="op-model profile")
@@ -901,6 +931,7 @@ __all__: Sequence[str] = (
     "OpModelError",
     "OpModelImport",
     "OpModelRequest",
+    "PRECISION_FALLBACK",
     "ParallelLayout",
     "at_mean_context",
     "decode_context_grid",
