@@ -31,7 +31,7 @@ Resumable: per-row results are appended to WORK/rows.jsonl and skipped on a reru
 refusal) and sweep results are cached per cell under WORK/. ``--limit N`` / ``--models SUBSTR,...`` restrict the rows.
 
   PYTHONPATH=$PWD python scripts/opmodel_coverage.py --work /tmp/coverage [--limit 50] [--models gpt-oss,Qwen3-32B]
-      [--report docs_table.md] [--no-aic]
+      [--systems h200_sxm] [--attention-dp] [--report docs_table.md] [--no-aic]
 """
 
 from __future__ import annotations
@@ -448,6 +448,8 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/jaxsim-opmodel-coverage"))
     ap.add_argument("--limit", type=int, default=0, help="only the first N rows")
     ap.add_argument("--models", default="", help="comma-separated substrings of model ids to keep")
+    ap.add_argument("--systems", default="", help="comma-separated systems to keep (e.g. h200_sxm)")
+    ap.add_argument("--attention-dp", action="store_true", help="only the rows with attention data parallelism (dp > 1)")
     ap.add_argument("--no-aic", action="store_true", help="skip aiconfigurator's estimate")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here too")
     ap.add_argument("--csv", type=Path, help="write the per-row results as CSV")
@@ -457,6 +459,10 @@ def main() -> int:
     if args.models:
         keep = [m.strip().lower() for m in args.models.split(",") if m.strip()]
         rows = [r for r in rows if any(k in r["model_path"].lower() for k in keep)]
+    if args.systems:
+        rows = [r for r in rows if r["system"] in {x.strip() for x in args.systems.split(",")}]
+    if args.attention_dp:
+        rows = [r for r in rows if (_int(r["attention_dp_size"]) or 1) > 1]
     if args.limit:
         rows = rows[: args.limit]
     args.work.mkdir(parents=True, exist_ok=True)

@@ -974,7 +974,7 @@ def write_profile_dir(
 
     with atomic_dir(out) as tmp:  # a killed or failed import leaves no half-written profile under OUTPUT
         write_table(tmp, columns, measurement_policy=measurement_policy, system=system, backend=backend,
-                    backend_version=version, extra_sidecar=extra_sidecar, overwrite=True)
+                    backend_version=version, extra_sidecar=extra_sidecar, overwrite=True, read_back=False)  # validated before writing
         save_profile(profile, tmp / "profile.json")
         for name, data in (extra_files or {}).items():
             write_bytes(tmp / name, data)

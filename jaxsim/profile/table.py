@@ -704,8 +704,10 @@ def write_table(
     backend_version: str,
     extra_sidecar: Mapping[str, Any] | None = None,
     overwrite: bool = False,
-) -> FpmTable:
-    """Write a validated table pair into ``directory``; returns it as read back.
+    read_back: bool = True,
+) -> FpmTable | None:
+    """Write a validated table pair into ``directory``; returns it as read back (``read_back=False``: None, for a
+    writer that reads it later anyway or only needs the files: the rows were validated before writing).
 
     ``columns`` needs model_path, the 5 precision columns, tp, dp, moe_tp, moe_ep, workload_kind, the three
     coordinates and latency_ms (see :func:`make_rows`). Defaults fill the rest: system/backend/version from
@@ -758,5 +760,5 @@ def write_table(
     d.mkdir(parents=True, exist_ok=True)
     _atomic_write(pq_path, data)
     _atomic_write(sc_path, (json.dumps(sidecar, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
-    return read_table(d, system=system, backend=backend, backend_version=backend_version)
+    return read_table(d, system=system, backend=backend, backend_version=backend_version) if read_back else None
 

@@ -1,0 +1,86 @@
+"""Why the op model prices MiniMax-M2.5's fp8_block decode ~3x the measured TPOT on B200, and whether pricing the
+checkpoint with per-tensor FP8 data instead is a defensible choice (issue #23; docs/accuracy.md).
+
+1. One decode step of MiniMax-M2.5 on B200 TP2 at batch 4 (1024/1024 at concurrency 4, mean context ~1536), priced
+   with the checkpoint's fp8_block precision and with per-tensor fp8 for the dense GEMMs and/or the MoE, and its
+   largest ops (``decode_step_per_op``).
+2. The op model's GEMM silicon data at decode size (m = 4, k = 3072) per kernel on h200_sxm and b200_sxm.
+3. The choice judged on the GPUs fitting may use (h100_sxm / h200_sxm rows only; B200/B300/GB200 are held out):
+   aiconfigurator's own vLLM aggregated TPOT for the sample's fp8_block-checkpoint rows priced at the checkpoint's
+   fp8_block and at per-tensor fp8 (the rows' labels), median absolute error against the measured TPOT.
+
+  PYTHONPATH=$PWD python scripts/opmodel_fp8_block.py
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def step_breakdown() -> None:
+    from jaxsim.importers import op_model as om
+
+    r = om.resolve_request(om.OpModelRequest("MiniMaxAI/MiniMax-M2.5", "b200_sxm", (2,), max_num_seqs=16, max_model_len=2048))
+    print("1. MiniMax-M2.5 b200_sxm TP2, one decode step at batch 4, context 1536 (ms)")
+    for gemm, moe in ((None, None), (None, "fp8"), ("fp8", None), ("fp8", "fp8")):
+        e = om.Engine(r.req.model, "b200_sxm", r.backend_version, 2, gemm=gemm, kv=None, fmha=None, moe=moe)
+        per = e.handle.decode_step_per_op(4, 1536, 0)
+        top = sorted(((name, ms) for name, ms, *_ in per), key=lambda x: -x[1])[:3]
+        print(f"   gemm {e.gemm:9s} moe {e.moe:9s}: {e.decode_ms(4, 1536):6.2f}   largest ops: "
+              + ", ".join(f"{n} {ms:.2f}" for n, ms in top))
+
+
+def gemm_data() -> None:
+    import aiconfigurator_core
+    import pyarrow.parquet as pq
+
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    print("2. the op model's GEMM data at m=4, k=3072: median latency (ms) per kernel over n")
+    for system in ("h200_sxm", "b200_sxm"):
+        t = pq.read_table(root / system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet").to_pandas()
+        q = t[(t.m == 4) & (t.k == 3072) & (t.n >= 768)]
+        med = q.groupby("kernel_source").latency.median().round(4)
+        print(f"   {system}: " + ", ".join(f"{k} {v}" for k, v in med.items()))
+
+
+def in_sample() -> None:
+    import opmodel_coverage as oc
+
+    print("3. aiconfigurator's TPOT on the fp8_block checkpoints' rows of h100_sxm/h200_sxm (median |error| vs measured)")
+    res = defaultdict(list)
+    for r in oc.agg_rows():
+        if r["system"] not in ("h100_sxm", "h200_sxm") or not any(m in r["model_path"] for m in ("MiniMax-M2.5", "Qwen3-235B-A22B-FP8")):
+            continue
+        key = (r["model_path"], r["system"], f"tp{r['tp_size']} dp{r['attention_dp_size'] or 1} ep{r['moe_ep_size'] or 1}")
+        got = []
+        for kw in ({"checkpoint_quant": True}, {}):
+            try:
+                got.append(oc.aic_estimate(r, **kw)[1])
+            except Exception:  # noqa: BLE001 - not priced at that precision
+                got.append(float("nan"))
+        res[key].append((float(r["silicon_tpot_ms"]), *got))
+
+    def med(xs):
+        xs = sorted(x for x in xs if x == x)
+        return f"{xs[len(xs) // 2]:.1f} %" if xs else "-"
+
+    for key, v in sorted(res.items()):
+        print(f"   {' '.join(key)} ({len(v)} rows): fp8_block {med([abs(b / m - 1) * 100 for m, b, _ in v])}, "
+              f"per-tensor fp8 {med([abs(f / m - 1) * 100 for m, _, f in v])}")
+
+
+def main() -> int:
+    logging.disable(logging.WARNING)
+    step_breakdown()
+    gemm_data()
+    in_sample()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
