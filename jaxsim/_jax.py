@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import io
 import json
 import os
 import re
@@ -34,7 +35,9 @@ __all__ = [
     "fresh_compilation",
     "ensure_x64",
     "jit_x64",
+    "load_arrays",
     "load_executable",
+    "save_arrays",
     "save_executable",
 ]
 
@@ -295,6 +298,48 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
             f.write(seal(secret, len(header).to_bytes(8, "big") + header + payload))
         prune_executables(d)
     except Exception:  # noqa: BLE001 (caching is an optimisation; compiling again is always correct)
+        return
+
+
+def load_arrays(name: str, key: str) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`save_arrays` stored under (``name``, ``key``: 40 hex digits), or None (cache off,
+    not stored, not sealed by this user, unreadable). Host-side precomputation kept next to the executables
+    (a profile cell's compiled lookup tables): read as plain arrays, never unpickled."""
+    d = executable_dir()
+    if d is None:
+        return None
+    path = d / f"{name}-{key}.bin"
+    entry = _read_entry(path, name, key)
+    if entry is None:
+        return None
+    try:
+        with np.load(io.BytesIO(entry[0]), allow_pickle=False) as z:
+            out = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path, follow_symlinks=False)  # recently used: pruned last
+    return out
+
+
+def save_arrays(name: str, key: str, arrays: dict[str, np.ndarray]) -> None:
+    """Store ``arrays`` for :func:`load_arrays`, sealed with this user's key; silently skipped when the
+    cache is off or not writable (storing is an optimisation)."""
+    from jaxsim.cache_trust import seal, user_key  # noqa: PLC0415
+    from jaxsim.outputs import atomic_file  # noqa: PLC0415
+
+    d = executable_dir()
+    secret = None if d is None else user_key()
+    if secret is None:
+        return
+    try:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        header = json.dumps({"name": name, "key": key}).encode("utf-8")
+        with atomic_file(d / f"{name}-{key}.bin") as f:
+            f.write(seal(secret, len(header).to_bytes(8, "big") + header + buf.getvalue()))
+        prune_executables(d)
+    except Exception:  # noqa: BLE001 (caching is an optimisation; computing again is always correct)
         return
 
 
