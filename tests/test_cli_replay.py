@@ -249,7 +249,7 @@ def test_a_replay_with_rejected_requests_says_so_and_exits_3(golden_setup, tmp_p
     rep = json.loads(r.stdout)["replays"][0]
     assert rep["status"] == f"rejected: 1 of {n} requests" and rep["completed_requests"] == n - 1
     assert f"incomplete: 1 of 1 replays did not complete the trace (first: golden seed 0: rejected 1 of {n} requests)" in r.stderr
-    assert "replaying " in r.stderr and "worker replicas done (100 %)" in r.stderr  # progress lines, not a bar
+    assert "replaying " in r.stderr and ": 100 %, " in r.stderr and "requests completed" in r.stderr  # progress lines, not a bar
     t = pq.read_table(out).to_pydict()
     assert set(t["status"]) == {f"rejected: 1 of {n} requests"} and t["terminal"].count("rejected") == 1
     r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--force", "--allow-incomplete", "--no-progress"])

@@ -189,7 +189,7 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     execute = executables.execute
     advances = (executables.ADVANCE, executables.ADVANCE_SPLIT)
     monkeypatch.setattr(executables, "execute", lambda c: calls.append(
-        (c.executable, c.args[-1].running.shape if c.executable in advances else None)) or execute(c))
+        (c.executable, c.args[3].running.shape if c.executable in advances else None)) or execute(c))
     got = runner.run_items(items, timeline_len=TIMELINE, chunk=None)
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)

@@ -63,6 +63,12 @@ def _timings(t: dict, t_results: float, t_start: float) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
+def _progress_note(p) -> str:
+    """Where a replay run stands (:class:`~jaxsim.replay.runner.ReplayProgress`), in words."""
+    return (f"simulated time {p.simulated_ms / 1000:,.1f} s of {p.span_ms / 1000:,.1f} s (to the last arrival), "
+            f"{p.requests_done:,} / {p.requests:,} requests completed, {p.replays_done} / {p.replays} replays done")
+
+
 def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     from rich.table import Table
 
@@ -208,7 +214,6 @@ def register(app: typer.Typer) -> None:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
         seed_list = list(range(seed, seed + seeds))
-        total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
 
         what = f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays"
@@ -216,14 +221,18 @@ def register(app: typer.Typer) -> None:
             from rich.progress import Progress
 
             with Progress(transient=True) as bar:
-                task = bar.add_task(what, total=total)
-                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lambda k: bar.advance(task, k),
-                                       timings=timings)
+                task = bar.add_task(what, total=1000)
+
+                def show(p) -> None:
+                    bar.update(task, completed=int(1000 * p.fraction), description=f"{what}: {_progress_note(p)}")
+
+                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=show, timings=timings)
         elif progress:  # not a terminal (piped, CI): a plain line on stderr every 10 s
             from jaxsim.progress import ProgressLines
 
-            lines = ProgressLines(what, total, "worker replicas done")
-            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lines.advance, timings=timings)
+            lines = ProgressLines(what, 100, "%")
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput,
+                                   progress=lambda p: lines.set(int(100 * p.fraction), _progress_note(p)), timings=timings)
         else:
             outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, timings=timings)
         t_results = time.perf_counter()

@@ -34,18 +34,24 @@ finish_many = jit_x64(finish_stack)
 
 
 def advance_split(
-    p: EngineParams, consts: ReplayConstants, keys, s: EngineState, *, stochastic: bool, shared_table: bool,
+    p: EngineParams, consts: ReplayConstants, keys, s: EngineState, max_steps=None, *, stochastic: bool, shared_table: bool,
     lookahead: int | None = None,
 ) -> EngineState:
     """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
     device running its own loop over its own items (no cross-device step per pass)."""
     items = P("batch")
     p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
+    if max_steps is None:
+        local = jax.shard_map(
+            lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead), mesh=_mesh(),
+            in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
+        )
+        return local(p, consts, keys, s)
     local = jax.shard_map(
         lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead), mesh=_mesh(),
-        in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
+        in_specs=(p_spec, items, items, items, P()), out_specs=items, check_vma=False,
     )
-    return local(p, consts, keys, s)
+    return local(p, consts, keys, s, max_steps)
 
 
 advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table", "lookahead"))
