@@ -110,3 +110,9 @@ def compile_calls(calls: Sequence[Call], timings: dict | None = None) -> None:
 def execute(call: Call):
     """Run ``call`` on the executable :func:`compile_calls` compiled for it."""
     return _LOADED[call.key](*call.args)
+
+
+def executable(call: Call) -> Callable:
+    """The executable :func:`compile_calls` compiled for ``call``; it also takes what it returned (its
+    output arrays, already on the devices) in place of arguments of the same shapes."""
+    return _LOADED[call.key]

@@ -331,9 +331,15 @@ class _CapacityGroup:
         consts, s = put(consts), put(s)
         max_passes = np.asarray(a.params.max_passes)
         budget = FIRST_CALL_STEPS
+        run = None
         while True:
             t0 = time.perf_counter()
-            s = executables.execute(Call(a.advance, (a.params, consts, a.keys, s, a.put_shared(np.int64(budget))), self.run_statics))
+            call = Call(a.advance, (a.params, consts, a.keys, s, a.put_shared(np.int64(budget))), self.run_statics)
+            if run is None:
+                s = executables.execute(call)
+                run = executables.executable(call)  # later calls pass the state it returned, on the devices
+            else:
+                s = run(*call.args)
             now_ms, status, passes, done = (np.asarray(x) for x in (s.now_ms, s.status, s.passes, s.num_done))
             active = (status == RUNNING) & (passes < max_passes)
             if progress is not None:
