@@ -427,34 +427,58 @@ def fresh_compilation():
         cc.reset_cache()
 
 
+def key_statics(statics: dict | None, options: dict | None) -> dict | None:
+    """What an executable's cache key records of its static arguments and XLA compiler options."""
+    if not options:
+        return statics
+    return {**(statics or {}), "__xla_options__": repr(sorted(options.items()))}
+
+
+def _xla_compile(lowered, options: dict | None):
+    """``lowered.compile()`` with XLA compiler ``options`` (None: XLA's defaults); options this XLA does
+    not know are dropped (compiled with its defaults: same results, see :func:`compile_all`)."""
+    if options:
+        try:
+            return lowered.compile(compiler_options=dict(options))
+        except Exception as e:  # noqa: BLE001
+            if "compile option" not in str(e):
+                raise
+    return lowered.compile()
+
+
 def compile_all(specs) -> tuple[list, int, int]:
-    """Executables for ``specs`` ((name, jitted fn, args, statics); args may be ``ShapeDtypeStruct``), in
-    order: each loaded from the executable cache (no tracing; an entry whose first call fails is rebuilt)
-    or traced and lowered one after the other, compiled by XLA in parallel threads outside JAX's
-    persistent cache, and stored. Also returns how many were compiled and how many loaded."""
+    """Executables for ``specs`` ((name, jitted fn, args, statics[, XLA compiler options]); args may be
+    ``ShapeDtypeStruct``), in order: each loaded from the executable cache (no tracing; an entry whose
+    first call fails is rebuilt) or traced and lowered one after the other, compiled by XLA in parallel
+    threads outside JAX's persistent cache, and stored. Also returns how many were compiled and how many
+    loaded. Compiler options change how long XLA takes and how fast the program runs, never what it
+    computes (the replay tests compare with and without them bit for bit)."""
     out, todo = [None] * len(specs), []
-    for i, (name, fn, args, statics) in enumerate(specs):
-        out[i] = load_executable(name, args, statics, rebuild=functools.partial(compile_fresh, name, fn, args, statics))
+    for i, (name, fn, args, statics, *rest) in enumerate(specs):
+        options = rest[0] if rest else None
+        out[i] = load_executable(name, args, key_statics(statics, options),
+                                 rebuild=functools.partial(compile_fresh, name, fn, args, statics, options))
         if out[i] is None:
-            todo.append((i, fn.lower(*args, **(statics or {}))))
+            todo.append((i, fn.lower(*args, **(statics or {})), options))
     if todo:
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
         with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-            compiled = list(pool.map(lambda t: t[1].compile(), todo))
-        for (i, _), exe in zip(todo, compiled):
-            name, _, args, statics = specs[i]
-            save_executable(name, args, statics, exe)
+            compiled = list(pool.map(lambda t: _xla_compile(t[1], t[2]), todo))
+        for (i, _, options), exe in zip(todo, compiled):
+            name, _, args, statics, *_ = specs[i]
+            save_executable(name, args, key_statics(statics, options), exe)
             out[i] = exe
     return out, len(todo), len(specs) - len(todo)
 
 
-def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None):
-    """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache) and store it."""
+def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None, options: dict | None = None):
+    """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache, with XLA compiler
+    ``options``) and store it."""
     lowered = fn.lower(*args, **(statics or {}))
     with fresh_compilation():
-        exe = lowered.compile()
-    save_executable(name, args, statics, exe)
+        exe = _xla_compile(lowered, options)
+    save_executable(name, args, key_statics(statics, options), exe)
     return exe
 
 

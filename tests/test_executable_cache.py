@@ -208,18 +208,10 @@ def test_a_compiled_round_table_is_stored_and_loaded_identically(cache_dir, monk
     """A profile cell's host-side lookup arrays (compile_decode / compile_prefill, a second for a large
     cell) are stored once and loaded by later calls bit for bit; a damaged entry is computed again."""
     import jaxsim.kernels.rounds as rounds
-    from jaxsim.kernels.tables import load_round_table
+    from jaxsim.profile.resolve import cell_rows, choose_deployment, load_bundle, resolve_profile_dir
 
-    cell_of = {}
-    real = rounds.compile_round_table
-
-    def spy(cell, **kw):
-        cell_of["cell"] = cell
-        return real(cell, **kw)
-
-    monkeypatch.setattr("jaxsim.kernels.tables.compile_round_table", spy)
-    load_round_table("qwen3-32b-bf16-b300-calibrated", tp=2)
-    cell = cell_of["cell"]
+    bundle = load_bundle(str(resolve_profile_dir("qwen3-32b-bf16-b300-calibrated")))
+    cell = cell_rows(bundle, choose_deployment(bundle, tp=2))
     fresh = rounds._compiled_supports(cell)
     (entry,) = cache_dir.glob("round-table-*.bin")
 
