@@ -876,12 +876,16 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
     room = jnp.maximum(p.max_model_len - prompt, 0)
     output = jnp.minimum(with_padding_row(rq.output_tokens[order].astype(jnp.int64), 0), room)
     materialized = with_padding_row(rq.materialized[order] & accepted[order], False)
+    # a materialized request arrives with its prompt's KV and the prefill worker's token; its first decode round
+    # emits the next. One whose output is a single token (asked for, or cut by max_model_len) has no next token:
+    # its decode round computes the dangling last prompt token and emits its one token (else it never finishes)
+    carried = materialized & (output > 1)
     zeros = jnp.zeros((n + 1,), jnp.int64)
     no = jnp.zeros((n + 1,), bool)
     never = jnp.full((n + 1,), jnp.nan)
     requests = RequestState.pack(
-        prompt_tokens=prompt, output_tokens=output, generated=jnp.where(materialized, 1, zeros),
-        computed=jnp.where(materialized, prompt, zeros), allocated_blocks=zeros, decode_rounds=zeros,
+        prompt_tokens=prompt, output_tokens=output, generated=jnp.where(carried, 1, zeros),
+        computed=jnp.where(carried, prompt, jnp.where(materialized, prompt - 1, zeros)), allocated_blocks=zeros, decode_rounds=zeros,
         preemptions=zeros, admissions=zeros, materialized=materialized, done=no, recomputing=no,
         first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
