@@ -200,6 +200,17 @@ def register(app: typer.Typer) -> None:
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
+        from jaxsim.replay import budget
+
+        if trace is not None and load is None and Path(trace).is_file() and not budget.check_environment_override():
+            import numpy as np
+
+            rows = budget.file_rows(trace)  # before parsing: a trace this machine cannot replay is refused unread
+            if rows:
+                rows = min(rows, max_requests or rows)
+                why = budget.refusal(budget.estimate(configs, np.ones(rows, np.int64), seeds), budget.available_bytes())
+                if why is not None:
+                    fail(f"{trace}: {rows:,} rows: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
                               arrival_rule, seed)
         if bench is not None:
@@ -214,6 +225,10 @@ def register(app: typer.Typer) -> None:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
         seed_list = list(range(seed, seed + seeds))
+        cost = budget.estimate(configs, tr.output_tokens, len(seed_list), timeline_len=(1 << 18) if timeline else 0)
+        why = None if budget.check_environment_override() else budget.refusal(cost, budget.available_bytes())
+        if why is not None:
+            fail(f"{trace or load}: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
 
         what = f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays"
