@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib
+import io
 import json
 import os
 import re
@@ -34,7 +35,9 @@ __all__ = [
     "fresh_compilation",
     "ensure_x64",
     "jit_x64",
+    "load_arrays",
     "load_executable",
+    "save_arrays",
     "save_executable",
 ]
 
@@ -298,6 +301,48 @@ def save_executable(name: str, args: tuple, statics: dict | None, compiled) -> N
         return
 
 
+def load_arrays(name: str, key: str) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`save_arrays` stored under (``name``, ``key``: 40 hex digits), or None (cache off,
+    not stored, not sealed by this user, unreadable). Host-side precomputation kept next to the executables
+    (a profile cell's compiled lookup tables): read as plain arrays, never unpickled."""
+    d = executable_dir()
+    if d is None:
+        return None
+    path = d / f"{name}-{key}.bin"
+    entry = _read_entry(path, name, key)
+    if entry is None:
+        return None
+    try:
+        with np.load(io.BytesIO(entry[0]), allow_pickle=False) as z:
+            out = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError):
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path, follow_symlinks=False)  # recently used: pruned last
+    return out
+
+
+def save_arrays(name: str, key: str, arrays: dict[str, np.ndarray]) -> None:
+    """Store ``arrays`` for :func:`load_arrays`, sealed with this user's key; silently skipped when the
+    cache is off or not writable (storing is an optimisation)."""
+    from jaxsim.cache_trust import seal, user_key  # noqa: PLC0415
+    from jaxsim.outputs import atomic_file  # noqa: PLC0415
+
+    d = executable_dir()
+    secret = None if d is None else user_key()
+    if secret is None:
+        return
+    try:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        header = json.dumps({"name": name, "key": key}).encode("utf-8")
+        with atomic_file(d / f"{name}-{key}.bin") as f:
+            f.write(seal(secret, len(header).to_bytes(8, "big") + header + buf.getvalue()))
+        prune_executables(d)
+    except Exception:  # noqa: BLE001 (caching is an optimisation; computing again is always correct)
+        return
+
+
 def executable_cache_max_bytes() -> int:
     """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB); anything
     but a number ≥ 0 is an :class:`~jaxsim.errors.InputError`."""
@@ -382,34 +427,58 @@ def fresh_compilation():
         cc.reset_cache()
 
 
+def key_statics(statics: dict | None, options: dict | None) -> dict | None:
+    """What an executable's cache key records of its static arguments and XLA compiler options."""
+    if not options:
+        return statics
+    return {**(statics or {}), "__xla_options__": repr(sorted(options.items()))}
+
+
+def _xla_compile(lowered, options: dict | None):
+    """``lowered.compile()`` with XLA compiler ``options`` (None: XLA's defaults); options this XLA does
+    not know are dropped (compiled with its defaults: same results, see :func:`compile_all`)."""
+    if options:
+        try:
+            return lowered.compile(compiler_options=dict(options))
+        except Exception as e:  # noqa: BLE001
+            if "compile option" not in str(e):
+                raise
+    return lowered.compile()
+
+
 def compile_all(specs) -> tuple[list, int, int]:
-    """Executables for ``specs`` ((name, jitted fn, args, statics); args may be ``ShapeDtypeStruct``), in
-    order: each loaded from the executable cache (no tracing; an entry whose first call fails is rebuilt)
-    or traced and lowered one after the other, compiled by XLA in parallel threads outside JAX's
-    persistent cache, and stored. Also returns how many were compiled and how many loaded."""
+    """Executables for ``specs`` ((name, jitted fn, args, statics[, XLA compiler options]); args may be
+    ``ShapeDtypeStruct``), in order: each loaded from the executable cache (no tracing; an entry whose
+    first call fails is rebuilt) or traced and lowered one after the other, compiled by XLA in parallel
+    threads outside JAX's persistent cache, and stored. Also returns how many were compiled and how many
+    loaded. Compiler options change how long XLA takes and how fast the program runs, never what it
+    computes (the replay tests compare with and without them bit for bit)."""
     out, todo = [None] * len(specs), []
-    for i, (name, fn, args, statics) in enumerate(specs):
-        out[i] = load_executable(name, args, statics, rebuild=functools.partial(compile_fresh, name, fn, args, statics))
+    for i, (name, fn, args, statics, *rest) in enumerate(specs):
+        options = rest[0] if rest else None
+        out[i] = load_executable(name, args, key_statics(statics, options),
+                                 rebuild=functools.partial(compile_fresh, name, fn, args, statics, options))
         if out[i] is None:
-            todo.append((i, fn.lower(*args, **(statics or {}))))
+            todo.append((i, fn.lower(*args, **(statics or {})), options))
     if todo:
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
         with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-            compiled = list(pool.map(lambda t: t[1].compile(), todo))
-        for (i, _), exe in zip(todo, compiled):
-            name, _, args, statics = specs[i]
-            save_executable(name, args, statics, exe)
+            compiled = list(pool.map(lambda t: _xla_compile(t[1], t[2]), todo))
+        for (i, _, options), exe in zip(todo, compiled):
+            name, _, args, statics, *_ = specs[i]
+            save_executable(name, args, key_statics(statics, options), exe)
             out[i] = exe
     return out, len(todo), len(specs) - len(todo)
 
 
-def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None):
-    """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache) and store it."""
+def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None, options: dict | None = None):
+    """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache, with XLA compiler
+    ``options``) and store it."""
     lowered = fn.lower(*args, **(statics or {}))
     with fresh_compilation():
-        exe = lowered.compile()
-    save_executable(name, args, statics, exe)
+        exe = _xla_compile(lowered, options)
+    save_executable(name, args, key_statics(statics, options), exe)
     return exe
 
 

@@ -19,7 +19,8 @@ PROGRESS_INTERVAL_S = 10.0
 
 class ProgressLines:
     """Counts work done towards ``total`` and prints ``<what>: done / total <unit> (pct %), elapsed`` on
-    ``stream`` when ``interval_s`` has passed since the start or the last line (never more often)."""
+    ``stream`` when ``interval_s`` has passed since the start or the last line (never more often); with
+    ``unit="%"`` (``total`` 100), ``<what>: pct %, elapsed``."""
 
     def __init__(self, what: str, total: int, unit: str, *, done: int = 0, interval_s: float | None = None,
                  stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
@@ -38,9 +39,13 @@ class ProgressLines:
             self.last = now
             self._print(now, note)
 
+    def set(self, done: int, note: str = "") -> None:
+        """``done`` units done so far (absolute); print a line if the interval has passed."""
+        self.advance(int(done) - self.done, note)
+
     def _print(self, now: float, note: str) -> None:
         pct = f" ({100.0 * self.done / self.total:.0f} %)" if self.total > 0 else ""
         tail = f", {note}" if note else ""
-        print(f"{self.what}: {self.done:,} / {self.total:,} {self.unit}{pct}, {now - self.start:.0f} s{tail}",
-              file=self.stream or sys.stderr, flush=True)
+        counts = f"{self.done:,} / {self.total:,} {self.unit}{pct}" if self.unit != "%" else f"{self.done} %"
+        print(f"{self.what}: {counts}, {now - self.start:.0f} s{tail}", file=self.stream or sys.stderr, flush=True)
         self.lines += 1

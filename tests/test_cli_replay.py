@@ -7,6 +7,8 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -18,6 +20,7 @@ from jaxsim.cli.main import app
 from jaxsim.replay.traces import write_trace_csv
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 CASE = next(c for c in replay_cases() if c["id"] == "sd_k3_a2_kv_bound")
 
 
@@ -249,7 +252,7 @@ def test_a_replay_with_rejected_requests_says_so_and_exits_3(golden_setup, tmp_p
     rep = json.loads(r.stdout)["replays"][0]
     assert rep["status"] == f"rejected: 1 of {n} requests" and rep["completed_requests"] == n - 1
     assert f"incomplete: 1 of 1 replays did not complete the trace (first: golden seed 0: rejected 1 of {n} requests)" in r.stderr
-    assert "replaying " in r.stderr and "worker replicas done (100 %)" in r.stderr  # progress lines, not a bar
+    assert "replaying " in r.stderr and ": 100 %, " in r.stderr and "requests completed" in r.stderr  # progress lines, not a bar
     t = pq.read_table(out).to_pydict()
     assert set(t["status"]) == {f"rejected: 1 of {n} requests"} and t["terminal"].count("rejected") == 1
     r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(out), "--force", "--allow-incomplete", "--no-progress"])
@@ -344,3 +347,24 @@ def test_replay_json_reports_compile_and_run_time_separately(tmp_path):
     assert all(t[k] >= 0 for k in t)
     assert t["run_s"] > 0 and t["compilations"] >= 0
     assert t["prepare_s"] + t["compile_s"] + t["run_s"] + t["results_s"] <= t["total_s"] + 1e-3
+
+
+def test_a_replay_too_large_for_the_memory_is_refused_up_front_with_its_cost(tmp_path, monkeypatch):
+    """A replay whose estimated memory exceeds what the machine has left is refused before anything is
+    read, compiled or written: one line with the estimated passes, time and memory, exit 2."""
+    from jaxsim.replay import budget
+
+    monkeypatch.setattr(budget, "available_bytes", lambda: 500 * 2**20)
+    out = tmp_path / "o.parquet"
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_ms,input_tokens,output_tokens\n" + "".join(f"{i},100,10\n" for i in range(50)))
+    for given in (str(trace), "azure_conv_1k"):  # a file (refused unparsed, by its rows) and a bundled trace
+        r = runner.invoke(app, ["replay", str(ROOT / "configs" / "deployment_calibrated.toml"), "--trace", given, "--output", str(out)])
+        assert r.exit_code == 2, r.output
+        line = r.stderr.strip()
+        assert "\n" not in line and "scheduler passes" in line and "GB of memory" in line and "available" in line, line
+        assert not out.exists()
+    est = budget.estimate([SimpleNamespace(pools=[SimpleNamespace(replicas=2, max_num_seqs=4)])], np.full(10, 8), seeds=3)
+    assert est.request_replays == 30 and est.passes == 3 * 2 * max(10 // 2, 80 // 2 // 4) and est.bytes > budget.BASE_BYTES
+    monkeypatch.setenv("JAXSIM_REPLAY_NO_MEMORY_CHECK", "1")
+    assert budget.check_environment_override()

@@ -3,6 +3,7 @@ of tracing, lowering and compiling it; a stale or damaged entry is a miss, never
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -201,3 +202,35 @@ def test_a_bad_cache_cap_is_a_one_line_error(bad, tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip() == f"error: JAXSIM_EXECUTABLE_CACHE_MAX_MB={bad!r}: must be a size in megabytes >= 0"
     assert not (tmp_path / "s.parquet").exists()
+
+
+def test_a_compiled_round_table_is_stored_and_loaded_identically(cache_dir, monkeypatch):
+    """A profile cell's host-side lookup arrays (compile_decode / compile_prefill, a second for a large
+    cell) are stored once and loaded by later calls bit for bit; a damaged entry is computed again."""
+    import jaxsim.kernels.rounds as rounds
+    from jaxsim.profile.resolve import cell_rows, choose_deployment, load_bundle, resolve_profile_dir
+
+    bundle = load_bundle(str(resolve_profile_dir("qwen3-32b-bf16-b300-calibrated")))
+    cell = cell_rows(bundle, choose_deployment(bundle, tp=2))
+    fresh = rounds._compiled_supports(cell)
+    (entry,) = cache_dir.glob("round-table-*.bin")
+
+    def computed(*a, **k):
+        raise AssertionError("computed again although a stored entry exists")
+
+    originals = rounds.compile_prefill, rounds.compile_decode
+    monkeypatch.setattr(rounds, "compile_prefill", computed)
+    monkeypatch.setattr(rounds, "compile_decode", computed)
+    loaded = rounds._compiled_supports(cell)
+    for a, b in zip(fresh, loaded):
+        for f in dataclasses.fields(a):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y, equal_nan=True), f.name
+    entry.write_bytes(entry.read_bytes()[:-7] + b"damaged")
+    with pytest.raises(AssertionError, match="computed again"):
+        rounds._compiled_supports(cell)  # the seal no longer verifies: a miss
+    monkeypatch.setattr(rounds, "compile_prefill", originals[0])
+    monkeypatch.setattr(rounds, "compile_decode", originals[1])
+    again = rounds._compiled_supports(cell)
+    assert np.array_equal(again[1].coef, fresh[1].coef)
+    assert rounds._compiled_supports(cell)[1].coef.tobytes() == fresh[1].coef.tobytes()  # stored again

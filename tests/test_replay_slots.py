@@ -189,7 +189,7 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     execute = executables.execute
     advances = (executables.ADVANCE, executables.ADVANCE_SPLIT)
     monkeypatch.setattr(executables, "execute", lambda c: calls.append(
-        (c.executable, c.args[-1].running.shape if c.executable in advances else None)) or execute(c))
+        (c.executable, c.args[3].running.shape if c.executable in advances else None)) or execute(c))
     got = runner.run_items(items, timeline_len=TIMELINE, chunk=None)
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)
@@ -201,3 +201,23 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     assert {shape[1] for _, shape in advanced} == {16, 32, 64, 128}
     assert len(advanced) <= 2 * 4  # at most a growing and a last call per capacity
     assert sum(e == executables.START for e, _ in calls) == 1 and sum(e == executables.FINISH for e, _ in calls) == 1
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_replay_run_in_chunks_of_a_few_loop_steps_equals_one_call(monkeypatch, many):
+    """The runner advances in calls of a bounded number of loop steps (progress between them); any split
+    gives the results of one uninterrupted loop, bit for bit, with decode stretches (one item) and pass by
+    pass (a group of eight growing through capacities), and progress reaches every request."""
+    trace = _crowd(seed=3)
+    ms = (20, 64, 128, 12, 40, 90, 100, 128) if many else (64,)
+    items = [ReplayItem(_params(m), trace.requests(N), jax.random.PRNGKey(i), slot_bucket(m), False) for i, m in enumerate(ms)]
+    whole = runner.run_items(items, timeline_len=TIMELINE, chunk=None)
+    monkeypatch.setattr(runner, "FIRST_CALL_STEPS", 3)
+    monkeypatch.setattr(runner, "_next_budget", lambda budget, seconds: 5)
+    seen = []
+    chunked = runner.run_items(items, timeline_len=TIMELINE, chunk=None, progress=seen.append)
+    assert len(seen) > 10 and seen[-1].fraction == 1.0 and seen[-1].requests_done == seen[-1].requests == len(ms) * len(trace)
+    assert all(b.simulated_ms >= a.simulated_ms for a, b in zip(seen, seen[1:]))
+    for a, b in zip(whole, chunked):
+        for name, x in vars(a).items():
+            np.testing.assert_array_equal(getattr(b, name), x, err_msg=name)

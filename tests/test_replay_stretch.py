@@ -16,7 +16,7 @@ from hypothesis import strategies as hst
 from replay_support import PAD, SLOTS, padded_tables
 
 from jaxsim.acceptance import pad_rates
-from jaxsim.replay.engine import make_params, replay_jit, replay_stack
+from jaxsim.replay.engine import COMPLETED, DONE, make_params, replay_jit, replay_stack
 from jaxsim.replay.runner import stack_params
 from jaxsim.replay.stretch import lookahead_or_default
 from jaxsim.replay.traces import make_trace
@@ -117,3 +117,23 @@ def test_lookahead_is_validated():
     for bad in (-1, True):
         with pytest.raises(ValueError, match="lookahead"):
             lookahead_or_default(bad)
+
+
+@pytest.mark.parametrize("table", sorted(TABLE_K))
+@pytest.mark.parametrize("max_model_len", [156, 420, 4096])
+def test_a_materialized_request_with_one_output_token_completes(table, max_model_len):
+    """A decode pool's request (materialized: prompt KV and the prefill worker's token present) whose output
+    is one token — asked for, or cut to one by a short max_model_len — completes in one priced pass with that
+    token. It used to have no token left to emit and ran the engine to its pass limit (10M passes by default)."""
+    k = TABLE_K[table]
+    kw = dict(max_num_batched_tokens=256, max_num_seqs=4, block_size=16, num_gpu_blocks=4000, num_draft_tokens=k,
+              accept_rates=pad_rates(np.full(k, 0.6)) if k else None, max_model_len=max_model_len, max_passes=5000)
+    trace = make_trace("one", [0.0, 0.0, 2.0, 3.0], [155, 155, 300, 100], [1, 2 if max_model_len > 156 else 7, 1, 6], rebase=False)
+    rq = _requests(trace, [True, True, False, True])
+    for lookahead in (0, LOOKAHEAD):
+        res = _run(make_params(padded_tables()[table], **kw), rq, 7, lookahead)
+        assert int(res.status) == COMPLETED and int(res.num_passes) < 50, (lookahead, int(res.num_passes))
+        served = np.asarray(res.terminal)[:4] == DONE
+        assert served[0] and served[1] and np.isfinite(res.first_token_ms[:2]).all()
+        assert int(res.output_tokens[0]) == 1 and res.first_token_ms[0] == res.last_token_ms[0]
+    _assert_same(_run(make_params(padded_tables()[table], **kw), rq, 7, 0), res)

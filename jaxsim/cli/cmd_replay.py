@@ -63,6 +63,12 @@ def _timings(t: dict, t_results: float, t_start: float) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
+def _progress_note(p) -> str:
+    """Where a replay run stands (:class:`~jaxsim.replay.runner.ReplayProgress`), in words."""
+    return (f"simulated time {p.simulated_ms / 1000:,.1f} s of {p.span_ms / 1000:,.1f} s (to the last arrival), "
+            f"{p.requests_done:,} / {p.requests:,} requests completed, {p.replays_done} / {p.replays} replays done")
+
+
 def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     from rich.table import Table
 
@@ -194,6 +200,17 @@ def register(app: typer.Typer) -> None:
             from jaxsim.rules.config import load_config
 
             configs = [config_from_binding(bind(load_config(config)), name=config.stem)]
+        from jaxsim.replay import budget
+
+        if trace is not None and load is None and Path(trace).is_file() and not budget.check_environment_override():
+            import numpy as np
+
+            rows = budget.file_rows(trace)  # before parsing: a trace this machine cannot replay is refused unread
+            if rows:
+                rows = min(rows, max_requests or rows)
+                why = budget.refusal(budget.estimate(configs, np.ones(rows, np.int64), seeds), budget.available_bytes())
+                if why is not None:
+                    fail(f"{trace}: {rows:,} rows: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
                               arrival_rule, seed)
         if bench is not None:
@@ -208,7 +225,10 @@ def register(app: typer.Typer) -> None:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
         seed_list = list(range(seed, seed + seeds))
-        total = sum(p.replicas for c in configs for p in c.pools) * len(seed_list)
+        cost = budget.estimate(configs, tr.output_tokens, len(seed_list), timeline_len=(1 << 18) if timeline else 0)
+        why = None if budget.check_environment_override() else budget.refusal(cost, budget.available_bytes())
+        if why is not None:
+            fail(f"{trace or load}: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         timings: dict = {"prepare_s": time.perf_counter() - t_start}
 
         what = f"replaying {len(tr)} requests x {len(configs) * len(seed_list)} replays"
@@ -216,14 +236,18 @@ def register(app: typer.Typer) -> None:
             from rich.progress import Progress
 
             with Progress(transient=True) as bar:
-                task = bar.add_task(what, total=total)
-                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lambda k: bar.advance(task, k),
-                                       timings=timings)
+                task = bar.add_task(what, total=1000)
+
+                def show(p) -> None:
+                    bar.update(task, completed=int(1000 * p.fraction), description=f"{what}: {_progress_note(p)}")
+
+                outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=show, timings=timings)
         elif progress:  # not a terminal (piped, CI): a plain line on stderr every 10 s
             from jaxsim.progress import ProgressLines
 
-            lines = ProgressLines(what, total, "worker replicas done")
-            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, progress=lines.advance, timings=timings)
+            lines = ProgressLines(what, 100, "%")
+            outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput,
+                                   progress=lambda p: lines.set(int(100 * p.fraction), _progress_note(p)), timings=timings)
         else:
             outcomes = run_replays(configs, tr, seed_list, timeline=timeline, goodput=goodput, timings=timings)
         t_results = time.perf_counter()

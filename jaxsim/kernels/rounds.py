@@ -8,13 +8,16 @@ Functions here are written for ONE query and are pure functions of arrays; vmap 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float64, Int32, Int64
 
-from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim._jax import ensure_x64, jit_x64, load_arrays, save_arrays, source_digest
 from jaxsim.kernels import status as st
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.support import (
@@ -87,9 +90,31 @@ class RoundTable(eqx.Module):
 def compile_round_table(cell, *, speculative: bool = False, num_draft_tokens: int = 0) -> RoundTable:
     """Compile a selected cell (``CellRows``-like: decode_* and prefill_* arrays) for the kernels."""
     ensure_x64()
+    dec, pre = _compiled_supports(cell)
+    return _assemble(dec, pre, speculative=speculative, num_draft_tokens=num_draft_tokens)
+
+
+_CELL_FIELDS = ("decode_batch", "decode_kv", "decode_latency_ms", "prefill_batch", "prefill_tokens", "prefill_kv", "prefill_latency_ms")
+
+
+def _compiled_supports(cell) -> tuple[DecodeSupport, PrefillSupport]:
+    """The cell's decode and prefill lookup arrays: computed on the host (a second or more for a large
+    cell), or loaded from the on-disk cache where an earlier process stored them for the same rows and
+    the same jaxsim sources (:func:`jaxsim._jax.load_arrays`; identical arrays either way)."""
+    h = hashlib.sha256(source_digest().encode())
+    for f in _CELL_FIELDS:
+        a = np.ascontiguousarray(getattr(cell, f))
+        h.update(f"{f}:{a.dtype.str}:{a.shape}".encode() + a.tobytes())
+    key = h.hexdigest()[:40]
+    names = [("dec", f.name) for f in dataclasses.fields(DecodeSupport)] + [("pre", f.name) for f in dataclasses.fields(PrefillSupport)]
+    hit = load_arrays("round-table", key)
+    if hit is not None and set(hit) == {f"{a}_{b}" for a, b in names}:
+        return (DecodeSupport(**{b: hit[f"dec_{b}"] for a, b in names if a == "dec"}),
+                PrefillSupport(**{b: hit[f"pre_{b}"] for a, b in names if a == "pre"}))
     dec = compile_decode(cell.decode_batch, cell.decode_kv, cell.decode_latency_ms)
     pre = compile_prefill(cell.prefill_batch, cell.prefill_tokens, cell.prefill_kv, cell.prefill_latency_ms)
-    return _assemble(dec, pre, speculative=speculative, num_draft_tokens=num_draft_tokens)
+    save_arrays("round-table", key, {f"{a}_{b}": np.asarray(getattr(dec if a == "dec" else pre, b)) for a, b in names})
+    return dec, pre
 
 
 def _assemble(dec: DecodeSupport, pre: PrefillSupport, *, speculative: bool, num_draft_tokens: int) -> RoundTable:

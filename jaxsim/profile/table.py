@@ -145,12 +145,11 @@ class FpmTable:
         self.sidecar = sidecar
         self.arrow = arrow
         self._cols = cols
-        ids = [cols[f"_id_{c}"] for c in IDENTITY_COLUMNS]
-        groups: dict[tuple, list[int]] = {}
-        for i, (mp, dcp) in enumerate(zip(cols["model_path"], cols["dcp"].tolist())):
-            groups.setdefault((mp, tuple(a[i] for a in ids), dcp), []).append(i)
-        # (model_path, 19 identity strings, dcp or -1) -> row indices
-        self._cells = {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
+        # (model_path, 19 identity strings, dcp or -1) -> row indices (ascending), in first-row order
+        cell, first = cols["_cell"], cols["_cell_first"]
+        order = np.argsort(cell, kind="stable")
+        bounds = np.cumsum(np.bincount(cell, minlength=first.size))[:-1]
+        self._cells = {_cell_key(cols, int(i)): rows.astype(np.int64) for i, rows in zip(first, np.split(order, bounds))}
 
     # sidecar identity
     @property
@@ -309,6 +308,17 @@ def _values(col) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
+def _strings(col) -> tuple[np.ndarray, np.ndarray]:
+    """A null-free string column as (object array of its values, int64 code of each row's value): each
+    distinct string is decoded once (a dictionary encoding), not once per row."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    enc = arr.dictionary_encode()
+    codes = np.asarray(_values(enc.indices), dtype=np.int64)
+    values = np.empty(len(enc.dictionary), dtype=object)
+    values[:] = enc.dictionary.to_pylist()
+    return values[codes], codes
+
+
 def _to_numpy(col: pa.ChunkedArray, kind: str) -> np.ndarray:
     if kind == "str":
         return np.array(col.to_pylist(), dtype=object)
@@ -338,6 +348,16 @@ def _selector_problem(text: str) -> str | None:
     if prof.selector(rev) != text:
         return "invalid FPM execution identity: speculative_round selector must use canonical serialization"
     return None
+
+
+def _per_value(c: dict[str, np.ndarray], col: str, test) -> np.ndarray:
+    """``test`` of each row's value of a string column (evaluated once per distinct value), as booleans."""
+    codes = c.get(f"_code_{col}")
+    if codes is None:
+        return np.array([bool(test(v)) for v in c[col]], dtype=bool)
+    values = np.empty(int(codes.max()) + 1 if codes.size else 0, dtype=object)
+    values[codes] = c[col]
+    return np.array([bool(test(v)) for v in values], dtype=bool)[codes] if codes.size else np.zeros(0, dtype=bool)
 
 
 class _Rows:
@@ -372,7 +392,7 @@ def check_rows(table: pa.Table, sidecar: Mapping, where: Path) -> tuple[list[str
     _check_coordinates(rows, c)
     _check_seed_and_dcp(rows, c, sidecar, recorded)
     _check_execution_identity(rows, c, policy)
-    _add_identity_strings(c)
+    _add_cells(c)
     _check_collisions(rows, c)
     return rows.problems, c
 
@@ -408,6 +428,8 @@ def _typed_columns(table: pa.Table, sd_policy: bool, where: Path) -> tuple[list[
             continue
         if col == "dcp":
             cols[col] = np.array([-1 if v is None else v for v in arr.to_pylist()], dtype=np.int64)
+        elif kind == "str":
+            cols[col], cols[f"_code_{col}"] = _strings(arr)
         else:
             cols[col] = _to_numpy(arr, kind)
     return (problems, None) if problems else (problems, cols)
@@ -420,9 +442,9 @@ def _check_labels(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping) -> No
         if isinstance(want, str):
             rows.flag(c[key] != want, key, lambda i, key=key, want=want: f"{key}={c[key][i]!r} does not match the sidecar/database {key} {want!r}")
     for key in ("model_path", "cell_id"):
-        rows.flag(np.array([not s.strip() for s in c[key]], dtype=bool), key, "must be a non-empty string")
+        rows.flag(_per_value(c, key, lambda s: not s.strip()), key, "must be a non-empty string")
     for key in ("moe_backend", "attention_backend"):
-        rows.flag(np.array([not s.strip() for s in c[key]], dtype=bool), key, f"{key} must be a non-empty string (\"auto\" or a pinned name)")
+        rows.flag(_per_value(c, key, lambda s: not s.strip()), key, f"{key} must be a non-empty string (\"auto\" or a pinned name)")
     rows.flag(c["partition_policy"] != PARTITION_POLICY, "partition_policy",
               lambda i: f"unsupported partition_policy={c['partition_policy'][i]!r} (expected {PARTITION_POLICY!r})")
     kind = c["workload_kind"]
@@ -447,7 +469,7 @@ def _check_seed_and_dcp(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping,
     """The KV seed regime and decode context parallelism, where the table records them."""
     regime, dcp = c["kv_seed_regime"], c["dcp"]
     if "kv_seed_regime" in recorded:
-        bad = np.array([r not in KV_SEED_REGIMES and not (r.startswith("skip:") and len(r) > 5) for r in regime], dtype=bool)
+        bad = _per_value(c, "kv_seed_regime", lambda r: r not in KV_SEED_REGIMES and not (r.startswith("skip:") and len(r) > 5))
         rows.flag(bad, "kv_seed_regime", lambda i: f"unknown kv_seed_regime={regime[i]!r}")
     if "dcp" in recorded:
         rows.flag((dcp != -1) & ((dcp < 1) | (c["tp"] % np.maximum(dcp, 1) != 0)), "dcp",
@@ -461,9 +483,10 @@ def _check_seed_and_dcp(rows: _Rows, c: dict[str, np.ndarray], sidecar: Mapping,
         )
 
 
-def _selector_rows(rows: _Rows, ex: np.ndarray) -> np.ndarray:
+def _selector_rows(rows: _Rows, c: dict[str, np.ndarray]) -> np.ndarray:
     """Which rows carry a speculative-round selector; a selector that is not canonical v1 is flagged."""
-    is_selector = np.array([s.startswith("speculative_round") for s in ex], dtype=bool)
+    ex = c["execution_profile"]
+    is_selector = _per_value(c, "execution_profile", lambda s: s.startswith("speculative_round"))
     cache: dict[str, str | None] = {}
     sel_bad = np.zeros(ex.size, dtype=bool)
     for i in np.flatnonzero(is_selector):
@@ -479,7 +502,7 @@ def _check_execution_identity(rows: _Rows, c: dict[str, np.ndarray], policy: Any
     """Speculative-round rows and the native CUDA measurement policy imply each other, with that policy's
     timing/reduction contract, pure-TP text execution and real-KV provenance for config-bound rows."""
     sd_policy = policy == SD_POLICY
-    is_selector = _selector_rows(rows, c["execution_profile"])
+    is_selector = _selector_rows(rows, c)
     rows.flag(is_selector != sd_policy, "execution_profile",
               "speculative-round identity requires the native CUDA measurement policy, and vice versa")
     if "measurement_policy" in c:
@@ -507,35 +530,74 @@ def _check_execution_identity(rows: _Rows, c: dict[str, np.ndarray], policy: Any
               lambda i: f"config-bound cached prefill/decode requires real_kv provenance (got {regime[i]!r})")
 
 
-def _add_identity_strings(c: dict[str, np.ndarray]) -> None:
-    """``_id_<column>``: each identity column as the strings compared with a deployment's identity."""
-    for col in IDENTITY_COLUMNS:
-        v = c[col]
-        if REQUIRED_COLUMNS[col] == "bool":
-            c[f"_id_{col}"] = np.where(v, "True", "False").astype(object)
-        elif REQUIRED_COLUMNS[col] == "int64":
-            c[f"_id_{col}"] = np.array([str(x) for x in v.tolist()], dtype=object)
-        else:
-            c[f"_id_{col}"] = v
+def _codes(c: dict[str, np.ndarray], col: str) -> np.ndarray:
+    """Integer codes of a column's values (equal values, equal codes; distinct values, distinct codes)."""
+    if f"_code_{col}" in c:
+        return c[f"_code_{col}"]
+    v = c[col]
+    if v.dtype == object:
+        c[f"_code_{col}"] = np.unique(v, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        return c[f"_code_{col}"]
+    return v.astype(np.int64)
+
+
+def _group(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group): rows with equal ``keys`` (integer columns) share a
+    group; groups are numbered in order of their first row."""
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    code, size = np.zeros(n, np.int64), 1
+    for k in keys:  # mixed-radix codes of the key tuples, made dense again before they could overflow
+        k = np.asarray(k, np.int64)
+        if int(k.max()) - int(k.min()) >= n:  # a wide range: its values' ranks instead
+            k = np.unique(k, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        k = k - k.min()
+        m = int(k.max()) + 1
+        if size * m >= 2**62:
+            code = np.unique(code, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            size = int(code.max()) + 1
+        code, size = code * m + k, size * m
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.reshape(-1)], np.sort(first)
+
+
+def _identity_string(c: dict[str, np.ndarray], col: str, i: int) -> str:
+    """Row ``i``'s identity column ``col`` as the string compared with a deployment's identity."""
+    v = c[col][i]
+    if REQUIRED_COLUMNS[col] == "bool":
+        return "True" if v else "False"
+    if REQUIRED_COLUMNS[col] == "int64":
+        return str(int(v))
+    return v
+
+
+def _cell_key(c: dict[str, np.ndarray], i: int) -> tuple:
+    """(model_path, 19 identity strings, dcp or -1) of row ``i``."""
+    return c["model_path"][i], tuple(_identity_string(c, col, i) for col in IDENTITY_COLUMNS), int(c["dcp"][i])
+
+
+def _add_cells(c: dict[str, np.ndarray]) -> None:
+    """``_cell``: each row's cell (model_path, 19 identity strings, dcp), numbered in first-row order;
+    ``_cell_first``: each cell's first row."""
+    n = c["model_path"].size
+    c["_cell"], c["_cell_first"] = _group([_codes(c, "model_path"), *(_codes(c, col) for col in IDENTITY_COLUMNS), c["dcp"]], n)
 
 
 def _check_collisions(rows: _Rows, c: dict[str, np.ndarray]) -> None:
     """The first row measuring the same coordinates as an earlier row of its identity (never overwritten)."""
-    first: dict[tuple, int] = {}
-    id_cols = [c[f"_id_{col}"] for col in IDENTITY_COLUMNS]
-    mpath, kind = c["model_path"], c["workload_kind"]
-    bl, tl, kl = c["batch_size"].tolist(), c["total_prefill_tokens"].tolist(), c["total_kv_read_tokens"].tolist()
-    dl = c["dcp"].tolist()
-    for i in range(len(mpath)):
-        key = (mpath[i], *(a[i] for a in id_cols), dl[i], kind[i], bl[i], tl[i], kl[i])
-        j = first.setdefault(key, i)
-        if j != i:
-            rows.problems.append(
-                f"{rows.where}: row {i}: batch_size/total_prefill_tokens/total_kv_read_tokens: FPM row {i} collides with "
-                f"row {j} at the same cell coordinates (phase={kind[i]!r}, batch_size={bl[i]}, "
-                f"total_prefill_tokens={tl[i]}, total_kv_read_tokens={kl[i]}); refusing to silently overwrite latencies"
-            )
-            break
+    kind, b, t, k = c["workload_kind"], c["batch_size"], c["total_prefill_tokens"], c["total_kv_read_tokens"]
+    group, first = _group([c["_cell"], _codes(c, "workload_kind"), b, t, k], kind.size)
+    later = np.flatnonzero(first[group] != np.arange(kind.size))
+    if later.size:
+        i = int(later[0])
+        j = int(first[group[i]])
+        rows.problems.append(
+            f"{rows.where}: row {i}: batch_size/total_prefill_tokens/total_kv_read_tokens: FPM row {i} collides with "
+            f"row {j} at the same cell coordinates (phase={kind[i]!r}, batch_size={int(b[i])}, "
+            f"total_prefill_tokens={int(t[i])}, total_kv_read_tokens={int(k[i])}); refusing to silently overwrite latencies"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------

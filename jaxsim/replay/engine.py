@@ -876,12 +876,16 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
     room = jnp.maximum(p.max_model_len - prompt, 0)
     output = jnp.minimum(with_padding_row(rq.output_tokens[order].astype(jnp.int64), 0), room)
     materialized = with_padding_row(rq.materialized[order] & accepted[order], False)
+    # a materialized request arrives with its prompt's KV and the prefill worker's token; its first decode round
+    # emits the next. One whose output is a single token (asked for, or cut by max_model_len) has no next token:
+    # its decode round computes the dangling last prompt token and emits its one token (else it never finishes)
+    carried = materialized & (output > 1)
     zeros = jnp.zeros((n + 1,), jnp.int64)
     no = jnp.zeros((n + 1,), bool)
     never = jnp.full((n + 1,), jnp.nan)
     requests = RequestState.pack(
-        prompt_tokens=prompt, output_tokens=output, generated=jnp.where(materialized, 1, zeros),
-        computed=jnp.where(materialized, prompt, zeros), allocated_blocks=zeros, decode_rounds=zeros,
+        prompt_tokens=prompt, output_tokens=output, generated=jnp.where(carried, 1, zeros),
+        computed=jnp.where(carried, prompt, jnp.where(materialized, prompt - 1, zeros)), allocated_blocks=zeros, decode_rounds=zeros,
         preemptions=zeros, admissions=zeros, materialized=materialized, done=no, recomputing=no,
         first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
@@ -964,13 +968,16 @@ _BATCH = "replays"
 
 
 def advance_stack(
-    p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, *,
+    p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, max_steps=None, *,
     stochastic: bool = True, shared_table: bool = False, lookahead: int | None = None,
 ) -> EngineState:
     """Run a stack of replays until none is active (finished, stopped, or out of slots: ``SLOTS_FULL``).
     One loop runs while any item is active, over the vmapped pass (a vmapped ``while_loop`` would select
     every item's whole state at every pass). A step runs a decode stretch of up to ``lookahead`` passes
-    and one pass (:func:`jaxsim.replay.stretch.engine_step`)."""
+    and one pass (:func:`jaxsim.replay.stretch.engine_step`). ``max_steps`` (optional, an int64 scalar:
+    not static) ends the call after that many loop steps; calling again on the state it returns goes on
+    exactly where it stopped (a step is a function of the state alone), so a long replay runs in chunks
+    and reports its progress between them (:mod:`jaxsim.replay.runner`)."""
     from jaxsim.replay.stretch import engine_step, lookahead_or_default
 
     ensure_x64()
@@ -983,7 +990,11 @@ def advance_stack(
     def cond(s):
         return jnp.any(jax.vmap(_active, in_axes=(ax, 0))(p, s))
 
-    return jax.lax.while_loop(cond, lambda s: step(p, consts, keys, s), s)
+    if max_steps is None:
+        return jax.lax.while_loop(cond, lambda s: step(p, consts, keys, s), s)
+    limit = jnp.asarray(max_steps, jnp.int64)
+    return jax.lax.while_loop(lambda sk: cond(sk[0]) & (sk[1] < limit), lambda sk: (step(p, consts, keys, sk[0]), sk[1] + 1),
+                              (s, jnp.zeros((), jnp.int64)))[0]
 
 
 def finish_stack(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResult:

@@ -57,7 +57,26 @@ def request_table(outcomes: Sequence[ReplayOutcome]):
         for c in REQUEST_COLUMNS:
             if c not in _PER_REPLAY:
                 cols[c].append(r[c])
-    return pa.table({c: np.concatenate(v) if v else np.zeros(0) for c, v in cols.items()})
+    return pa.table({c: _arrow(np.concatenate(v)) if v else np.zeros(0) for c, v in cols.items()})
+
+
+def _arrow(a: np.ndarray):
+    """A pyarrow column built from its buffers: ``pa.array`` imports pandas on first use (a third of a
+    second of every replay command). Numbers as they are (NaN stays NaN, not null, as ``pa.array`` leaves
+    NumPy floats); strings as UTF-8; anything else through ``pa.array``."""
+    import pyarrow as pa
+
+    a = np.asarray(a)
+    n = a.size
+    if a.dtype.kind in "iuf" and a.ndim == 1:
+        return pa.Array.from_buffers(pa.from_numpy_dtype(a.dtype), n, [None, pa.py_buffer(np.ascontiguousarray(a))])
+    if a.dtype == object and a.ndim == 1 and all(isinstance(v, str) for v in a.tolist()):
+        data = [v.encode("utf-8") for v in a.tolist()]
+        offsets = np.zeros(n + 1, np.int64)
+        offsets[1:] = np.cumsum([len(b) for b in data])
+        if offsets[-1] < 2**31:
+            return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))])
+    return pa.array(a.tolist() if a.dtype == object else a)
 
 
 def summaries(outcomes: Sequence[ReplayOutcome]) -> list[dict]:
@@ -86,7 +105,7 @@ def timeline_table(outcomes: Sequence[ReplayOutcome]):
                     "seed": np.full(n, o.seed, np.int64),
                     "worker": np.full(n, w, np.int64), "role": np.full(n, role, dtype=object),
                     "kv_pool_blocks": np.full(n, pool.num_gpu_blocks if pool is not None else 0, np.int64), **tl}
-            parts.append(pa.table(cols))
+            parts.append(pa.table({k: _arrow(np.asarray(v)) for k, v in cols.items()}))
     return pa.concat_tables(parts) if parts else pa.table({"config": []})
 
 

@@ -23,6 +23,7 @@ from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import executables
 from jaxsim.replay.engine import (
+    RUNNING,
     SLOTS_FULL,
     EngineParams,
     EngineState,
@@ -51,9 +52,18 @@ stretch: on the replay benchmark (256 configurations, 2 cores) stretches made th
 slower, and one replay alone several times faster (docs/benchmarks.md)."""
 
 
+CPU_LOOKAHEAD = 8
+"""The decode-stretch lookahead on XLA:CPU. The calibrated single replay (19,473 passes) ran in the same CPU
+time at lookahead 4, 8 and 16 (0.83-0.87 s; 1.71 s pass by pass), while its advance loop compiled in
+3.9 s of CPU at 4 or 8 against 4.7 s at 16 (2.7 s pass by pass). On a GPU, where each loop iteration
+costs host time whatever its work, the longer :data:`~jaxsim.replay.stretch.DEFAULT_LOOKAHEAD` applies."""
+
+
 def stretch_lookahead(n_items: int) -> int:
     """The decode-stretch lookahead of a group of ``n_items`` replays (0: pass by pass)."""
-    return DEFAULT_LOOKAHEAD if n_items < STRETCH_MAX_ITEMS else 0
+    if n_items >= STRETCH_MAX_ITEMS:
+        return 0
+    return CPU_LOOKAHEAD if jax.default_backend() == "cpu" else DEFAULT_LOOKAHEAD
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,8 +154,9 @@ def run_items(
     use one table passes it once (not a copy per item). Large groups run through growing slot
     capacities (:func:`capacities`), capacity by capacity: the replays that fill their slots
     (``SLOTS_FULL``) continue together at the next capacity from where they stopped, the others are
-    done. One executable per capacity, one to start, one to finish. ``progress(k)`` (optional) is
-    called when ``k`` replays have finished; ``timings`` (optional) accumulates ``compile_s``,
+    done. One executable per capacity, one to start, one to finish. ``progress(snapshot)`` (optional)
+    gets a :class:`ReplayProgress` after every call of a bounded number of loop steps (by simulated
+    time, so a long trace shows where it is); ``timings`` (optional) accumulates ``compile_s``,
     ``run_s``, ``compilations`` and ``executables_loaded``."""
     tables = {id(it.params.table): it.params.table for it in items}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
@@ -155,9 +166,10 @@ def run_items(
     groups = [_CapacityGroup(items, indices, padded, stochastic, timeline_len, chunk) for (stochastic, _), indices in by_shape.items()]
     executables.compile_calls([c for g in groups for c in g.calls()], timings)
     out: list = [None] * len(items)
+    tracker = None if progress is None else _Progress(items, progress)
     for g in groups:
         t0 = time.perf_counter()
-        for i, res in g.run(progress):
+        for i, res in g.run(tracker):
             out[i] = res
         if timings is not None:
             timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
@@ -215,6 +227,7 @@ class _Placed:
     keys: object  # array or ShapeDtypeStruct
     put: Callable
     split: bool  # items split over the devices
+    put_shared: Callable  # places an array every device reads whole (a scalar argument)
 
     @property
     def advance(self) -> executables.Executable:
@@ -273,7 +286,8 @@ class _CapacityGroup:
         put = lambda x: place(x, items)  # noqa: E731
         pick = lambda x: x[sel]  # noqa: E731
         params = jax.tree.map(lambda x: place(x, rep) if id(x) in self.shared else put(pick(x)), self.params)
-        return _Placed(params, jax.tree.map(lambda x: put(pick(x)), self.requests), put(self.keys[sel]), put, split)
+        return _Placed(params, jax.tree.map(lambda x: put(pick(x)), self.requests), put(self.keys[sel]), put, split,
+                       lambda x: place(x, rep))
 
     def calls(self) -> list[Call]:
         """Every call the group will make, with arguments as the devices will see them (to compile)."""
@@ -288,7 +302,8 @@ class _CapacityGroup:
                 a.params, a.requests,
             )
             sds = _abstract(a.split)
-            out.append(Call(a.advance, (a.params, jax.tree.map(sds, consts_abs), a.keys, jax.tree.map(sds, s_abs)), self.run_statics))
+            out.append(Call(a.advance, (a.params, jax.tree.map(sds, consts_abs), a.keys, jax.tree.map(sds, s_abs), a.put_shared(_STEPS)),
+                            self.run_statics))
         s_abs, consts_abs = widen_stack(s_abs, consts_abs, 0)
         fin = self.sizes.finish
         a = self._placed([0], fin, abstract=True)
@@ -297,15 +312,13 @@ class _CapacityGroup:
         out.append(Call(FINISH, (a.requests, jax.tree.map(sds, s_abs), jax.tree.map(sds, consts_abs))))
         return out
 
-    def run(self, progress=None) -> Iterator[tuple[int, ReplayResult]]:
+    def run(self, progress: _Progress | None = None) -> Iterator[tuple[int, ReplayResult]]:
         """Yield (item index, result) for every item of the group."""
         for (capacity, last), size in self.sizes.advance.items():
             self._start([r for r in self.replays if not r.started and r.capacity == capacity], capacity)
             pending = [r for r in self.replays if r.pending and r.capacity == capacity and r.at_last_capacity == last]
             for batch in _batches(pending, size):
-                finished = self._advance(batch, size)
-                if progress is not None and finished:
-                    progress(finished)
+                self._advance(batch, size, progress)
         for batch in _batches(self.replays, self.sizes.finish):
             yield from self._finish(batch)
 
@@ -317,13 +330,34 @@ class _CapacityGroup:
             for k, r in enumerate(batch):
                 r.state, r.constants = unstack((s, consts), k)
 
-    def _advance(self, replays: list[_GroupReplay], size: int) -> int:
-        """Run ``replays`` until each finishes or fills its slots (then it moves to its next capacity);
-        how many finished."""
+    def _advance(self, replays: list[_GroupReplay], size: int, progress: _Progress | None = None) -> int:
+        """Run ``replays`` until each finishes or fills its slots (then it moves to its next capacity),
+        in calls of a bounded number of loop steps (``progress`` is told where each replay stands after
+        each call); how many finished."""
         a = self._placed([r.position for r in replays], size)
         s, consts = _np_stack([(r.state, r.constants) for r in _cycled(replays, size)])
         put = lambda t: jax.tree.map(a.put, t)  # noqa: E731
-        s = _host(executables.execute(Call(a.advance, (a.params, put(consts), a.keys, put(s)), self.run_statics)))
+        consts, s = put(consts), put(s)
+        max_passes = np.asarray(a.params.max_passes)
+        budget = FIRST_CALL_STEPS
+        run = None
+        while True:
+            t0 = time.perf_counter()
+            call = Call(a.advance, (a.params, consts, a.keys, s, a.put_shared(np.int64(budget))), self.run_statics)
+            if run is None:
+                s = executables.execute(call)
+                run = executables.executable(call)  # later calls pass the state it returned, on the devices
+            else:
+                s = run(*call.args)
+            now_ms, status, passes, done = (np.asarray(x) for x in (s.now_ms, s.status, s.passes, s.num_done))
+            active = (status == RUNNING) & (passes < max_passes)
+            if progress is not None:
+                for k, r in enumerate(replays):
+                    progress.update(r.index, float(now_ms[k]), int(done[k]), finished=bool(not active[k] and status[k] != SLOTS_FULL))
+            if not active.any():
+                break
+            budget = _next_budget(budget, time.perf_counter() - t0)
+        s, consts = _host(s), _host(consts)
         finished = 0
         for k, r in enumerate(replays):
             sk, ck = unstack((s, consts), k)
@@ -343,6 +377,65 @@ class _CapacityGroup:
         res = _host(executables.execute(Call(FINISH, (a.requests, jax.tree.map(a.put, s), jax.tree.map(a.put, consts)))))
         for k, r in enumerate(replays):
             yield r.index, unstack(res, k)
+
+
+FIRST_CALL_STEPS = 4096
+"""Loop steps of the first call of an advance; later calls aim at :data:`CALL_S` each (the same results
+whatever the split: a call goes on from the state the previous one returned)."""
+CALL_S = 1.0
+_STEPS = np.int64(0)  # the step budget argument (a dynamic int64 scalar)
+
+
+def _next_budget(budget: int, seconds: float) -> int:
+    """The next call's loop steps: about :data:`CALL_S` of work at the rate of the last call."""
+    if seconds <= 0:
+        return budget * 4
+    return int(min(max(budget * CALL_S / seconds, 256), 4 * budget, 1 << 24))
+
+
+class _Progress:
+    """Where the replays of a :func:`run_items` call stand, by simulated time: each replay's clock up to
+    its last arrival (its span), the whole span once it has finished; ``report(snapshot)`` gets a
+    :class:`ReplayProgress` after every update."""
+
+    def __init__(self, items: Sequence[ReplayItem], report: Callable):
+        self.report = report
+        self.span = np.zeros(len(items))
+        self.requests = np.zeros(len(items), np.int64)
+        for i, it in enumerate(items):
+            valid = np.asarray(it.requests.valid)
+            arrivals = np.asarray(it.requests.arrival_ms)[valid]
+            self.span[i] = float(arrivals.max()) if arrivals.size and np.isfinite(arrivals.max()) else 0.0
+            self.requests[i] = int(valid.sum())
+        self.now = np.zeros(len(items))
+        self.done = np.zeros(len(items), np.int64)
+        self.finished = np.zeros(len(items), bool)
+
+    def update(self, index: int, now_ms: float, num_done: int, *, finished: bool) -> None:
+        self.now[index] = self.span[index] if finished else min(max(now_ms, 0.0), self.span[index])
+        self.done[index], self.finished[index] = num_done, finished
+        self.report(ReplayProgress(float(self.now.sum()), float(self.span.sum()), int(self.done.sum()), int(self.requests.sum()),
+                                   int(self.finished.sum()), len(self.span)))
+
+
+@dataclass(frozen=True)
+class ReplayProgress:
+    """A snapshot of a replay run: simulated time covered and spanned (ms, summed over the replays: each
+    replay's clock, up to its last arrival), requests completed of all, replays finished of all."""
+
+    simulated_ms: float
+    span_ms: float
+    requests_done: int
+    requests: int
+    replays_done: int
+    replays: int
+
+    @property
+    def fraction(self) -> float:
+        """Simulated time covered over the span (1 when everything finished)."""
+        if self.replays_done == self.replays:
+            return 1.0
+        return min(self.simulated_ms / self.span_ms, 0.999) if self.span_ms > 0 else 0.0
 
 
 def _cycled(xs: list, size: int) -> list:
