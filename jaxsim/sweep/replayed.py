@@ -25,9 +25,9 @@ import numpy as np
 
 from jaxsim.kernels import status as st
 from jaxsim.kernels.rounds import common_tables
-from jaxsim.overhead import added_latency_ms
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
+from jaxsim.replay.metrics import with_overhead
 from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.runner import STRETCH_MAX_ITEMS
 from jaxsim.replay.traces import Trace, request_bucket
@@ -149,20 +149,6 @@ def point_overhead(plan: SweepPlan, config_id: int) -> tuple[float, float, float
     """The serving overhead terms (fixed, per prompt token, per output token; ms) of one point's profile."""
     b, _, _ = plan.decode_index(np.asarray([config_id], np.int64))
     return tuple(float(x) for x in plan.overheads[plan.bindings.profile[int(b[0])]])
-
-
-def with_overhead(req: dict, overhead: Sequence[float]) -> dict:
-    """Per-request replay columns with the serving overhead (fixed, per prompt token, per output token; ms)
-    added as the steady state adds it (:func:`~jaxsim.overhead.added_latency_ms`): TTFT + fixed + per
-    prompt token × its prompt, each later inter-token gap + per output token (TTST and TPOT + per output
-    token, E2E + both); the engine's timeline (first/last token times, so throughput) is unchanged."""
-    if not any(overhead):
-        return req
-    later = np.maximum(req["generated_tokens"] - 1, 0).astype(np.float64)
-    first, rest = added_latency_ms(*overhead, req["input_tokens"].astype(np.float64), later)
-    po = float(overhead[2])
-    return dict(req, ttft_ms=req["ttft_ms"] + first, ttst_ms=req["ttst_ms"] + po, tpot_ms=req["tpot_ms"] + rest / np.maximum(later, 1.0),
-                e2e_ms=req["e2e_ms"] + first + rest)
 
 
 def _rejection_status(outcome: ReplayOutcome) -> int | None:
