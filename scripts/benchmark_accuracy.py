@@ -252,7 +252,9 @@ def main() -> int:
     if args.one_sweep:
         name = f"bench-rows-{args.evaluate}-one-sweep.jsonl"
         jx, timing = one_sweep(args.work, rows, args.evaluate)
-        known = {**_load(args.work / "rows.jsonl"), **_load(args.work / "bench-rows.jsonl")}
+        known = {}  # aiconfigurator's estimates computed before (any of the runs' caches)
+        for f in ("rows.jsonl", "bench-rows.jsonl", *(p.name for p in sorted(args.work.glob("bench-rows-*-one-sweep.jsonl")))):
+            known.update({k: v for k, v in _load(args.work / f).items() if "aic" in v})
         results = {}
         with (args.work / name).open("w") as f:
             for r in rows:
