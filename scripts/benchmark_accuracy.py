@@ -19,6 +19,12 @@ families (substrings of model ids; the default is every model) and ``--cells-per
 (precision × TP) with the most rows per (model, system), so a run on 2 CPU cores can be a stated subsample.
 
   PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov [--models Llama-3.1-70B,gpt-oss-120b] [--report part.md]
+
+``--one-sweep`` evaluates every row again in ONE ``jaxsim sweep`` CLI run (a subprocess; each cell's cached import a
+``[[profile]]`` restricted to its own rows' concurrencies and workloads) and prints its wall time, configs/s and the
+load average before and after: with ``--evaluate replay`` the issue's "whole sample replay-evaluated" timing.
+
+  PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov --evaluate replay --one-sweep --report replay.md
 """
 
 from __future__ import annotations
