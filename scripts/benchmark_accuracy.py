@@ -151,11 +151,16 @@ def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, di
     path.write_text(_toml(spec))
     res_path = work / f"sample-{evaluate}.parquet"
     cmd = [sys.executable, "-m", "jaxsim", "sweep", str(path), "-o", str(res_path), "--force", "--json", "--quiet"]
+    import resource
+
     load0 = os.getloadavg()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     run = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     load1 = os.getloadavg()
+    cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     if run.returncode != 0:
         sys.exit(f"error: jaxsim sweep {path} failed (exit {run.returncode}): {run.stderr.strip().splitlines()[-1:]}")
     summary = json.loads(run.stdout[run.stdout.index("{"):])
@@ -170,7 +175,7 @@ def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, di
         name, ok, ttft, tpot = got[k]
         out[rid].update(jaxsim=ok, jaxsim_reason="" if ok else f"sweep status {name}", jaxsim_status=name,
                         jaxsim_ttft_ms=ttft, jaxsim_tpot_ms=tpot)
-    timing = {"wall_s": wall, "configs": int(summary["configs_evaluated"]), "rows": len(row_of), "profiles": len(profiles),
+    timing = {"wall_s": wall, "cpu_s": cpu_s, "configs": int(summary["configs_evaluated"]), "rows": len(row_of), "profiles": len(profiles),
               "load_before": load0, "load_after": load1, "command": " ".join(cmd),
               **{k: summary.get(k) for k in ("plan_s", "compile_s", "eval_s", "finalize_s")},
               "replay": summary.get("replay_timings") or {}}
@@ -273,6 +278,8 @@ def main() -> int:
               f"{timing['wall_s']:.0f} s wall (CLI; plan {timing['plan_s']:.1f} s, compile {timing['compile_s']:.1f} s, eval "
               f"{timing['eval_s']:.1f} s; replay compile {rep_.get('compile_s', 0):.1f} s / {rep_.get('compilations', 0)} executables, run "
               f"{rep_.get('run_s', 0):.1f} s, {rep_.get('passes', 0):,} passes), {timing['configs'] / timing['wall_s']:.2f} configs/s; "
+              f"CPU {timing['cpu_s']:.0f} s (user + system; "
+              f"{timing['cpu_s'] / 2:.0f} s on 2 idle cores); "
               f"load average {timing['load_before'][0]:.1f} before, {timing['load_after'][0]:.1f} after", file=sys.stderr)
         print(f"command: {timing['command']}", file=sys.stderr)
         (args.work / f"one-sweep-{args.evaluate}-timing.json").write_text(json.dumps(timing, indent=1, default=float))
