@@ -238,6 +238,9 @@ def main() -> int:
     ap.add_argument("--one-sweep", action="store_true",
                     help="evaluate every row again in ONE jaxsim sweep (a CLI subprocess over every cell's cached import, each profile at its "
                          "own rows' concurrencies and workloads) and print its wall time and configs/s")
+    ap.add_argument("--per-family", action="store_true",
+                    help="with --one-sweep: one jaxsim sweep per model family (times summed): a sweep holds every profile's padded tables, "
+                         "about 0.2 GB each, so the whole sample in one sweep needs about 16 GB")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -262,7 +265,25 @@ def main() -> int:
     todo = [r for r in rows if r["id"] not in results]
     if args.one_sweep:
         name = f"bench-rows-{args.evaluate}-one-sweep.jsonl"
-        jx, timing = one_sweep(args.work, rows, args.evaluate)
+        groups = defaultdict(list)
+        for r in rows:
+            groups[family(r["model_path"]) if args.per_family else "all"].append(r)
+        jx, timing = {}, {}
+        for g, grows in sorted(groups.items()):
+            part, t = one_sweep(args.work, grows, args.evaluate)
+            jx.update(part)
+            print(f"  {g}: {t['rows']} rows, {t['configs']} configs, {t['profiles']} profiles, {t['wall_s']:.0f} s wall, {t['cpu_s']:.0f} s CPU, "
+                  f"replay run {t['replay'].get('run_s', 0):.1f} s, load {t['load_before'][0]:.1f}", file=sys.stderr)
+            for k, v in t.items():
+                if isinstance(v, (int, float)):
+                    timing[k] = timing.get(k, 0) + v
+                elif k == "replay":
+                    timing.setdefault("replay", {})
+                    for kk, vv in v.items():
+                        timing["replay"][kk] = timing["replay"].get(kk, 0) + vv
+                else:
+                    timing.setdefault(k, t[k] if k != "load_after" else None)
+            timing["load_after"] = t["load_after"]
         known = {}  # aiconfigurator's estimates computed before (any of the runs' caches)
         for f in ("rows.jsonl", "bench-rows.jsonl", *(p.name for p in sorted(args.work.glob("bench-rows-*-one-sweep.jsonl")))):
             known.update({k: v for k, v in _load(args.work / f).items() if "aic" in v})
@@ -274,7 +295,8 @@ def main() -> int:
                 results[r["id"]] = res
                 f.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
         rep_ = timing["replay"]
-        print(f"one sweep ({args.evaluate}): {timing['rows']} rows of {len(rows)}, {timing['configs']} configs, {timing['profiles']} profiles: "
+        print(f"{len(groups)} sweep(s) ({args.evaluate}): {timing['rows']} rows of {len(rows)}, {timing['configs']} configs, "
+              f"{timing['profiles']} profiles: "
               f"{timing['wall_s']:.0f} s wall (CLI; plan {timing['plan_s']:.1f} s, compile {timing['compile_s']:.1f} s, eval "
               f"{timing['eval_s']:.1f} s; replay compile {rep_.get('compile_s', 0):.1f} s / {rep_.get('compilations', 0)} executables, run "
               f"{rep_.get('run_s', 0):.1f} s, {rep_.get('passes', 0):,} passes), {timing['configs'] / timing['wall_s']:.2f} configs/s; "
