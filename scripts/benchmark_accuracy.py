@@ -140,6 +140,10 @@ def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, di
             entry["workloads"] = sorted(set(entry["workloads"]) | {w})
             row_of[r["id"]] = (entry["label"], c, w)
             out[r["id"]] = dict(base)
+    if not profiles:  # no cell imports: nothing to sweep
+        return out, {"wall_s": 0.0, "cpu_s": 0.0, "configs": 0, "rows": 0, "profiles": 0, "load_before": os.getloadavg(),
+                     "load_after": os.getloadavg(), "command": "", "plan_s": 0.0, "compile_s": 0.0, "eval_s": 0.0, "finalize_s": 0.0,
+                     "replay": {}}
     names = sorted({w for e in profiles.values() for w in e["workloads"]})
     spec = {"name": f"silicon-sample-{evaluate}", "block_size": 16, "evaluate": evaluate,
             "profile": list(profiles.values()),
