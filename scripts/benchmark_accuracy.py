@@ -19,6 +19,12 @@ families (substrings of model ids; the default is every model) and ``--cells-per
 (precision × TP) with the most rows per (model, system), so a run on 2 CPU cores can be a stated subsample.
 
   PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov [--models Llama-3.1-70B,gpt-oss-120b] [--report part.md]
+
+``--one-sweep`` evaluates every row again in ONE ``jaxsim sweep`` CLI run (a subprocess; each cell's cached import a
+``[[profile]]`` restricted to its own rows' concurrencies and workloads) and prints its wall time, configs/s and the
+load average before and after: with ``--evaluate replay`` the issue's "whole sample replay-evaluated" timing.
+
+  PYTHONPATH=$PWD python scripts/benchmark_accuracy.py --work /tmp/cov --evaluate replay --one-sweep --report replay.md
 """
 
 from __future__ import annotations
@@ -87,6 +93,99 @@ def collect(work: Path, todo: list[dict], results: dict[str, dict], name: str = 
                   f"{time.perf_counter() - t0:.1f} s ({time.perf_counter() - t_all:.0f} s total)", file=sys.stderr)
 
 
+def _toml(spec: dict) -> str:
+    """A sweep spec dict as TOML (strings, numbers and flat arrays only)."""
+    val = lambda v: json.dumps(v)  # noqa: E731 - JSON strings, numbers and arrays of them are TOML
+    top = [f"{k} = {val(v)}" for k, v in spec.items() if not isinstance(v, (dict, list)) or k == "evaluate"]
+    out = ["\n".join(top)]
+    for sec in ("scheduler", "benchmark"):
+        out.append(f"[{sec}]\n" + "\n".join(f"{k} = {val(v)}" for k, v in spec[sec].items()))
+    for arr in ("profile", "workload"):
+        for d in spec[arr]:
+            out.append(f"[[{arr}]]\n" + "\n".join(f"{k} = {val(v)}" for k, v in d.items()))
+    return "\n\n".join(out) + "\n"
+
+
+def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, dict], dict]:
+    """Every row of ``todo`` in ONE ``jaxsim sweep`` (a subprocess: the whole CLI): each cell's imported profile
+    (cached; imports are not timed) swept at its own rows' concurrencies and workloads (``[[profile]]
+    concurrency / workloads``) under :data:`BENCHMARK`, evaluated by ``evaluate``. Per row id its jaxsim
+    fields; and the run's timing (wall seconds of the CLI, configs, its JSON summary's timings)."""
+    import os
+    import re
+    import subprocess
+    import time
+
+    import pyarrow.parquet as pq
+
+    from jaxsim.kernels import status as st
+
+    cells = defaultdict(list)
+    for r in todo:
+        cells[cov.cell_key(r, cov.is_moe(r["model_path"]))].append(r)
+    out: dict[str, dict] = {}
+    profiles: dict[str, dict] = {}  # profile dir -> [[profile]] entry
+    row_of: dict[str, tuple] = {}
+    for key, rows in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        profile, lay, base, why = cov.cell_profile(work, key, rows)
+        if profile is None:
+            out.update({r["id"]: {**base, "jaxsim": False, "jaxsim_reason": why} for r in rows})
+            continue
+        tp, _, mtp, mep = lay
+        entry = profiles.setdefault(str(profile), {"name": str(profile), "label": f"c{len(profiles)}", "tp": [tp], "moe_tp": [mtp],
+                                                   "moe_ep": [mep], "concurrency": [], "workloads": []})
+        for r in rows:
+            c, w = int(cov._int(r["batch_size"])), f"i{int(r['isl'])}o{int(r['osl'])}"
+            entry["concurrency"] = sorted(set(entry["concurrency"]) | {c})
+            entry["workloads"] = sorted(set(entry["workloads"]) | {w})
+            row_of[r["id"]] = (entry["label"], c, w)
+            out[r["id"]] = dict(base)
+    if not profiles:  # no cell imports: nothing to sweep
+        return out, {"wall_s": 0.0, "cpu_s": 0.0, "configs": 0, "rows": 0, "profiles": 0, "load_before": os.getloadavg(),
+                     "load_after": os.getloadavg(), "command": "", "plan_s": 0.0, "compile_s": 0.0, "eval_s": 0.0, "finalize_s": 0.0,
+                     "replay": {}}
+    names = sorted({w for e in profiles.values() for w in e["workloads"]})
+    spec = {"name": f"silicon-sample-{evaluate}", "block_size": 16, "evaluate": evaluate,
+            "profile": list(profiles.values()),
+            "scheduler": {"concurrency": sorted({c for e in profiles.values() for c in e["concurrency"]})},
+            "benchmark": dict(BENCHMARK),
+            "workload": [{"name": n, "isl": int(re.match(r"i(\d+)o(\d+)", n)[1]), "osl": int(re.match(r"i(\d+)o(\d+)", n)[2])}
+                         for n in names]}
+    path = work / f"sample-{evaluate}.toml"
+    path.write_text(_toml(spec))
+    res_path = work / f"sample-{evaluate}.parquet"
+    cmd = [sys.executable, "-m", "jaxsim", "sweep", str(path), "-o", str(res_path), "--force", "--json", "--quiet"]
+    import resource
+
+    load0 = os.getloadavg()
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    wall = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load1 = os.getloadavg()
+    cpu_s = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    if run.returncode != 0:
+        sys.exit(f"error: jaxsim sweep {path} failed (exit {run.returncode}): {run.stderr.strip().splitlines()[-1:]}")
+    summary = json.loads(run.stdout[run.stdout.index("{"):])
+    t = pq.read_table(res_path).to_pydict()
+    got = {}
+    for lab, c, w, code, ttft, tpot in zip(t["profile"], t["concurrency_target"], t["workload"], t["status"], t["mean_ttft_ms"], t["mean_tpot_ms"]):
+        got[(lab, int(c), w)] = (st.name_table()[int(code)], bool(st.is_supported(int(code)) or int(code) == st.COMPLETED), ttft, tpot)
+    for rid, k in row_of.items():
+        if k not in got:
+            out[rid].update(jaxsim=False, jaxsim_reason="sweep: no configuration")
+            continue
+        name, ok, ttft, tpot = got[k]
+        out[rid].update(jaxsim=ok, jaxsim_reason="" if ok else f"sweep status {name}", jaxsim_status=name,
+                        jaxsim_ttft_ms=ttft, jaxsim_tpot_ms=tpot)
+    timing = {"wall_s": wall, "cpu_s": cpu_s, "configs": int(summary["configs_evaluated"]), "rows": len(row_of), "profiles": len(profiles),
+              "load_before": load0, "load_after": load1, "command": " ".join(cmd),
+              **{k: summary.get(k) for k in ("plan_s", "compile_s", "eval_s", "finalize_s")},
+              "replay": summary.get("replay_timings") or {}}
+    return out, timing
+
+
 def family(model: str) -> str:
     return model.split("/")[-1]
 
@@ -140,6 +239,12 @@ def main() -> int:
     ap.add_argument("--evaluate", choices=("steady", "replay"), default="steady",
                     help="how jaxsim evaluates each row: the steady state (default) or a replay of its benchmark (slower)")
     ap.add_argument("--cached-only", action="store_true", help="score only the rows already in WORK/rows.jsonl (evaluate nothing new)")
+    ap.add_argument("--one-sweep", action="store_true",
+                    help="evaluate every row again in ONE jaxsim sweep (a CLI subprocess over every cell's cached import, each profile at its "
+                         "own rows' concurrencies and workloads) and print its wall time and configs/s")
+    ap.add_argument("--per-family", action="store_true",
+                    help="with --one-sweep: one jaxsim sweep per model family (times summed): a sweep holds every profile's padded tables, "
+                         "about 0.2 GB each, so the whole sample in one sweep needs about 16 GB")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -162,7 +267,49 @@ def main() -> int:
     name = "bench-rows.jsonl" if args.evaluate == "steady" else f"bench-rows-{args.evaluate}.jsonl"
     results = _load(args.work / name)
     todo = [r for r in rows if r["id"] not in results]
-    if todo and not args.cached_only:
+    if args.one_sweep:
+        name = f"bench-rows-{args.evaluate}-one-sweep.jsonl"
+        groups = defaultdict(list)
+        for r in rows:
+            groups[family(r["model_path"]) if args.per_family else "all"].append(r)
+        jx, timing = {}, {}
+        for g, grows in sorted(groups.items()):
+            part, t = one_sweep(args.work, grows, args.evaluate)
+            jx.update(part)
+            print(f"  {g}: {t['rows']} rows, {t['configs']} configs, {t['profiles']} profiles, {t['wall_s']:.0f} s wall, {t['cpu_s']:.0f} s CPU, "
+                  f"replay run {t['replay'].get('run_s', 0):.1f} s, load {t['load_before'][0]:.1f}", file=sys.stderr)
+            for k, v in t.items():
+                if isinstance(v, (int, float)):
+                    timing[k] = timing.get(k, 0) + v
+                elif k == "replay":
+                    timing.setdefault("replay", {})
+                    for kk, vv in v.items():
+                        timing["replay"][kk] = timing["replay"].get(kk, 0) + vv
+                else:
+                    timing.setdefault(k, t[k] if k != "load_after" else None)
+            timing["load_after"] = t["load_after"]
+        known = {}  # aiconfigurator's estimates computed before (any of the runs' caches)
+        for f in ("rows.jsonl", "bench-rows.jsonl", *(p.name for p in sorted(args.work.glob("bench-rows-*-one-sweep.jsonl")))):
+            known.update({k: v for k, v in _load(args.work / f).items() if "aic" in v})
+        results = {}
+        with (args.work / name).open("w") as f:
+            for r in rows:
+                old = known.get(r["id"])
+                res = dict(jx[r["id"]], **({k: v for k, v in old.items() if k.startswith("aic")} if old and "aic" in old else cov.aic_row(r)))
+                results[r["id"]] = res
+                f.write(json.dumps({"id": r["id"], "result": res}, default=float) + "\n")
+        rep_ = timing["replay"]
+        print(f"{len(groups)} sweep(s) ({args.evaluate}): {timing['rows']} rows of {len(rows)}, {timing['configs']} configs, "
+              f"{timing['profiles']} profiles: "
+              f"{timing['wall_s']:.0f} s wall (CLI; plan {timing['plan_s']:.1f} s, compile {timing['compile_s']:.1f} s, eval "
+              f"{timing['eval_s']:.1f} s; replay compile {rep_.get('compile_s', 0):.1f} s / {rep_.get('compilations', 0)} executables, run "
+              f"{rep_.get('run_s', 0):.1f} s, {rep_.get('passes', 0):,} passes), {timing['configs'] / timing['wall_s']:.2f} configs/s; "
+              f"CPU {timing['cpu_s']:.0f} s (user + system; "
+              f"{timing['cpu_s'] / 2:.0f} s on 2 idle cores); "
+              f"load average {timing['load_before'][0]:.1f} before, {timing['load_after'][0]:.1f} after", file=sys.stderr)
+        print(f"command: {timing['command']}", file=sys.stderr)
+        (args.work / f"one-sweep-{args.evaluate}-timing.json").write_text(json.dumps(timing, indent=1, default=float))
+    elif todo and not args.cached_only:
         print(f"{len(rows)} rows, {len(todo)} to evaluate ({args.evaluate}); work folder {args.work}", file=sys.stderr)
         collect(args.work, todo, results, name)
     rows = [dict(r, **results[r["id"]]) for r in rows if r["id"] in results]

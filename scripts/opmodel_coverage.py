@@ -205,8 +205,8 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     return got, ""
 
 
-def jaxsim_cell(work: Path, key: tuple, rows: list[dict]) -> dict[str, dict]:
-    """Per row id: evaluated, reason, quant used, ttft/tpot, import seconds."""
+def cell_profile(work: Path, key: tuple, rows: list[dict]) -> tuple[Path | None, tuple, dict, str]:
+    """(imported profile dir or None, layout, per-row base fields, refusal) of one cell (import cached)."""
     from jaxsim.importers.op_model import _model_config  # the catalogue the importer reads
 
     model_row, system, gemm, moe_label, lay = key
@@ -216,7 +216,7 @@ def jaxsim_cell(work: Path, key: tuple, rows: list[dict]) -> dict[str, dict]:
         text = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
         moe = bool(text.get("num_experts") or text.get("num_local_experts") or text.get("n_routed_experts"))
     except Exception as e:  # noqa: BLE001 - an unknown model is a refusal of every row of the cell
-        return {r["id"]: {"jaxsim": False, "jaxsim_reason": " ".join(str(e).split()), "jaxsim_quant": ""} for r in rows}
+        return None, lay, {"jaxsim_quant": ""}, " ".join(str(e).split())
     lay = layout_of(rows[0], moe)
     seqs = min(max(int(_int(r["batch_size"])) for r in rows), 1024)
     mml = int(math.ceil(max(int(r["isl"]) + int(r["osl"]) for r in rows) / 1024) * 1024)
@@ -234,8 +234,14 @@ def jaxsim_cell(work: Path, key: tuple, rows: list[dict]) -> dict[str, dict]:
             break  # not a precision refusal: the fallback precisions would not change it
     base = {"jaxsim_quant": how, "import_s": round(seconds, 2), "max_num_seqs": seqs, "max_model_len": mml,
             "layout_args": " ".join(layout_args(lay, moe))}
+    return profile, lay, base, "" if profile is not None else f"import: {reasons[-1]}"
+
+
+def jaxsim_cell(work: Path, key: tuple, rows: list[dict]) -> dict[str, dict]:
+    """Per row id: evaluated, reason, quant used, ttft/tpot, import seconds."""
+    profile, lay, base, why = cell_profile(work, key, rows)
     if profile is None:
-        return {r["id"]: {**base, "jaxsim": False, "jaxsim_reason": f"import: {reasons[-1]}"} for r in rows}
+        return {r["id"]: {**base, "jaxsim": False, "jaxsim_reason": why} for r in rows}
     got, err = _sweep(work, profile, rows, lay, profile.name)
     out = {}
     for r in rows:

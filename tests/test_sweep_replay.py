@@ -23,7 +23,7 @@ from jaxsim.replay.orchestrate import run_replays
 from jaxsim.replay.traces import make_trace
 from jaxsim.sla import LATENCY_KEYS, SLA
 from jaxsim.sweep import run_sweep
-from jaxsim.sweep.replayed import PointReplays, point_config, point_trace, replay_metrics
+from jaxsim.sweep.replayed import PointReplays, point_config, point_trace, replay_metrics, work_classes
 from jaxsim.sweep.spec import plan_sweep, spec_from_dict
 from jaxsim.sweep.verify import verify_top
 
@@ -93,6 +93,30 @@ def test_replay_sweep_rows_are_their_points_replayed_one_by_one(replay_sweep):
     for r in by_method["steady"]:
         assert r["mean_ttft_ms"] == srows[r["config_id"]]["mean_ttft_ms"] or math.isnan(r["mean_ttft_ms"])
     assert {r["method"] for r in srows.values()} == {"steady"}
+
+
+def test_work_classes_cut_sorted_points_by_work_ratio_and_size():
+    work = np.array([9000.0, 100.0, 150.0, 8000.0, 190.0, 210.0, 1.0])
+    classes = work_classes(work, 2.0)
+    assert [list(c) for c in classes] == [[6], [1, 2, 4], [5], [3, 0]]
+    assert sorted(np.concatenate(classes).tolist()) == list(range(work.size))
+    assert [len(c) for c in work_classes(work, 0.0, 3)] == [3, 3, 1]
+    assert [list(c) for c in work_classes(work, 0.0)] == [list(np.argsort(work, kind="stable"))]
+    assert work_classes(np.zeros(0)) == []
+
+
+def test_replay_classes_change_no_metric(replay_sweep):
+    """Splitting the points into work classes (default) or one lockstep call gives the same rows."""
+    _, res, _ = replay_sweep
+    plan = res.plan
+    ids = np.arange(plan.num_configs)[PointReplays(plan).replayable(np.arange(plan.num_configs))]
+    one = PointReplays(plan, work_ratio=0.0, max_items=0).run(ids)
+    split = PointReplays(plan, work_ratio=1.5, max_items=2).run(ids)
+    for a, b in zip(one, split):
+        assert a.keys() == b.keys()
+        for k in a:
+            x, y = a[k], b[k]
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), (k, x, y)
 
 
 def test_replayed_rows_judge_the_sla_on_their_statistics(tmp_path, replay_sweep):

@@ -66,6 +66,8 @@ def test_parse_axes_and_defaults():
         ({"sla": {"mean_ttft_ms": -1}}, "sla.mean_ttft_ms"),
         ({"sla": {"max_ttft_ms": 5, "mean_ttft_ms": 5}}, "sla: max_ttft_ms and mean_ttft_ms name the same limit"),
         ({"profile": []}, "profile:"),
+        ({"profile": [{"name": "x", "concurrency": [2]}]}, "profile[0].concurrency: [2] not in [scheduler] concurrency"),
+        ({"profile": [{"name": "x", "workloads": ["nope"]}]}, "profile[0].workloads: unknown workload 'nope'"),
     ],
 )
 def test_spec_mistakes_are_one_line_errors_naming_the_key(over, where):
@@ -114,6 +116,49 @@ def test_lazy_decoding_matches_the_cartesian_product(plan):
         assert ci.nextn[j] == plan.bindings.nextn[b]
         np.testing.assert_array_equal(ci.isl[j], plan.wl_isl[w])
         assert plan.labels["workload"][plan.input_columns(np.array([i]))["workload"][0]] == s.workloads[w].name
+
+
+def test_profiles_restricting_their_axes_keep_only_their_points(plan):
+    """A [[profile]]'s own concurrencies and workloads: its bindings are evaluated only there (a sample of
+    benchmark rows in one sweep); decoding and groups stay consistent, refusals count its own points."""
+    prof = _spec()["profile"]
+    restricted = [dict(prof[0], concurrency=[4, 16], workloads=["mix"]), dict(prof[1], concurrency=[1])]
+    sub = sp.plan_sweep(sp.spec_from_dict(_spec(profile=restricted), source="t.toml"))
+    s = plan.spec
+    want = []  # (binding profile label, concurrency, workload name) of the full plan that the restriction keeps
+    full = plan.decode_index(np.arange(plan.num_configs))
+    for b, c, w in zip(*full):
+        lab = plan.labels["profile"][plan.bindings.profile[b]]
+        conc, wl = s.concurrency[c], s.workloads[w].name
+        if (lab == "ar" and conc in (4, 16) and wl == "mix") or (lab == "sd3" and conc == 1):
+            want.append((int(b), conc, wl))
+    got = [(int(b), sub.spec.concurrency[c], sub.spec.workloads[w].name) for b, c, w in zip(*sub.decode_index(np.arange(sub.num_configs)))]
+    assert got == want and sub.num_configs == len(want) > 0
+    assert sub.groups[0].start == 0 and sub.groups[-1].stop == sub.num_configs
+    for lo, hi, p, d, disagg in sub.groups:
+        b = np.unique(sub.decode_index(np.arange(lo, hi))[0])
+        assert (sub.bindings.decode_table[b] == d).all() and (sub.bindings.mode[b] == int(disagg)).all()
+    cols = sub.input_columns(np.arange(sub.num_configs))
+    assert cols["config_id"].tolist() == list(range(sub.num_configs))
+    rules = {i.rule: i for i in sub.invalid}
+    assert rules["ar-nextn"].configs == rules["ar-nextn"].bindings * 2 * 1  # ar: 2 concurrencies x 1 workload
+    assert rules["sd-nextn"].configs == rules["sd-nextn"].bindings * 1 * len(s.workloads)
+
+
+def test_restricted_sweep_runs_its_points(tmp_path):
+    import pyarrow.parquet as pq
+
+    from jaxsim.sweep import run_sweep
+
+    prof = [{"name": str(TABLES / "ar_core"), "label": "ar", "concurrency": [4], "workloads": ["w-256x128"]},
+            {"name": str(TABLES / "ar_core"), "label": "ar2", "concurrency": [1, 16]}]
+    d = _spec(profile=prof, serving={"mode": ["aggregated"]}, speculation={})
+    res = run_sweep(sp.spec_from_dict(d, source="t.toml"), tmp_path / "r.parquet")
+    rows = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    got = sorted((r["profile"], r["concurrency_target"], r["workload"]) for r in rows)
+    want = sorted([("ar", 4, "w-256x128")] + [("ar2", c, w) for c in (1, 16) for w in ("w-256x128", "w-1024x128", "mix")])
+    assert got == want and res.summary["configs_evaluated"] == 7
+    assert all(r["goodput_req_per_s"] == r["goodput_req_per_s"] or not r["sla_ok"] for r in rows)
 
 
 def test_groups_share_tables_and_mode_and_chunks_stay_inside(plan):

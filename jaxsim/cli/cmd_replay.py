@@ -83,6 +83,14 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
                   f(s["p99_ttft_ms"]), f(s["mean_tpot_ms"]), f(s["p99_e2e_ms"]), f(s["output_throughput_tok_s"], 1),
                   str(int(s["preemptions"])))
     console().print(t)
+    shown = set()
+    for s in summaries:
+        ov = s.get("overhead")
+        if ov and s["config"] not in shown:
+            shown.add(s["config"])
+            typer.echo(f"{s['config']}: latencies include the serving overhead {ov['fixed_ms']:g} ms + {ov['per_prompt_token_ms']:g} ms/prompt "
+                       f"token (TTFT) + {ov['per_output_token_ms']:g} ms/output token (TPOT), per request after the replay "
+                       f"(throughput unchanged); {ov['provenance']}")
 
 
 def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed):

@@ -12,6 +12,7 @@ import numpy as np
 from jaxsim.errors import BindingError
 from jaxsim.kernels.capacity import blocks_for
 from jaxsim.kernels.rounds import RoundTable
+from jaxsim.overhead import ServingOverhead
 from jaxsim.replay.engine import EngineParams, is_stochastic, make_params
 
 
@@ -65,6 +66,7 @@ class ReplayConfig:
     kv_transfer_bytes_per_s: float | None = None
     data_source: str = "measured"  # what the profile's numbers are (measured, derived, modelled, calibrated)
     max_concurrency: int = 0  # closed loop: requests in flight per replica (0: open loop)
+    overhead: ServingOverhead = ServingOverhead()  # serving overhead added per request on the host (zero unless set)
 
     def __post_init__(self):
         agg = self.aggregated is not None
@@ -124,11 +126,12 @@ def config_from_binding(b, name: str | None = None) -> ReplayConfig:
     pools = {role: _pool_from_role(rb, b.block_size, b.context_length) for role, rb in b.roles.items()}
     rates = np.asarray(b.accept_rates, np.float64)
     if b.mode == "aggregated":
-        return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"], data_source=b.data_source)
+        return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"], data_source=b.data_source,
+                            overhead=b.config.overhead)
     return ReplayConfig(
         label, int(b.nextn), rates, prefill=pools["prefill"], decode=pools["decode"],
         kv_bytes_per_token=int(b.prefill.kv_bytes_per_token), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s),
-        data_source=b.data_source,
+        data_source=b.data_source, overhead=b.config.overhead,
     )
 
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from jaxsim.overhead import added_latency_ms
 from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, TIMELINE_FIELDS, ReplayResult
 from jaxsim.sla import Goodput
 from jaxsim.stats import latency_stats
@@ -62,6 +63,37 @@ def per_request(
         "token_gap_sq_ms2": r["token_gap_sq_ms2"][sl],
         "terminal": np.array([TERMINAL_NAMES[int(t)] for t in r["terminal"][sl]], dtype=object),
     }
+
+
+def with_overhead(req: Mapping[str, np.ndarray], overhead) -> dict:
+    """Per-request columns with the serving overhead (fixed, per prompt token, per output token; ms) added as the
+    steady state adds it (:func:`~jaxsim.overhead.added_latency_ms`): TTFT + fixed + per prompt token × its
+    prompt, each later inter-token gap + per output token (TTST and TPOT + per output token, E2E + both); the
+    engine's timeline (first/last token times, so throughput) is unchanged. Zero terms: ``req`` itself."""
+    if not any(overhead):
+        return req
+    later = np.maximum(req["generated_tokens"] - 1, 0).astype(np.float64)
+    first, rest = added_latency_ms(*overhead, req["input_tokens"].astype(np.float64), later)
+    po = float(overhead[2])
+    return dict(req, ttft_ms=req["ttft_ms"] + first, ttst_ms=req["ttst_ms"] + po, tpot_ms=req["tpot_ms"] + rest / np.maximum(later, 1.0),
+                e2e_ms=req["e2e_ms"] + first + rest)
+
+
+def summarize(req: Mapping[str, np.ndarray], goodput: Goodput | None = None, overhead=(0.0, 0.0, 0.0)) -> tuple[dict, dict]:
+    """(per-request columns, :func:`aggregate`) with the serving overhead ``overhead`` (fixed, per prompt
+    token, per output token; ms) applied per request on the host (:func:`with_overhead`): latency means,
+    percentiles and goodput over the adjusted requests; ITL and token-gap means gain the per-output-token
+    term spread over the emissions (their std is the engine's); throughput and duration unchanged."""
+    req = with_overhead(req, overhead)
+    out = aggregate(req, goodput)
+    po = float(overhead[2]) if len(overhead) > 2 else 0.0
+    if po:
+        done = req["terminal"] == TERMINAL_NAMES[DONE]
+        later = float(np.sum(np.maximum(req["generated_tokens"][done] - 1, 0)))
+        rounds = float(np.sum(req["decode_rounds"][done]))
+        out["mean_itl_ms"] += po * later / rounds if rounds > 0 else 0.0
+        out["mean_token_gap_ms"] += po
+    return req, out
 
 
 def aggregate(req: Mapping[str, np.ndarray], goodput: Goodput | None = None) -> dict[str, float]:

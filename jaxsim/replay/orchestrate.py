@@ -200,7 +200,8 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
-    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, metrics.aggregate(req, goodput), timelines, failed)
+    req, summary = metrics.summarize(req, goodput, job.config.overhead.terms)
+    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed)
 
 
 def run_replays(

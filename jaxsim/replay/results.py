@@ -80,13 +80,15 @@ def _arrow(a: np.ndarray):
 
 
 def summaries(outcomes: Sequence[ReplayOutcome]) -> list[dict]:
-    """One JSON-ready dict per outcome: configuration, mode, source, seed, status, where it stopped, and the
-    engine's summary metrics (NaN written as None)."""
+    """One JSON-ready dict per outcome: configuration, mode, source, seed, status, where it stopped, the
+    serving overhead its latencies carry (its terms and provenance; None when zero) and the summary metrics
+    (NaN written as None)."""
     out = []
     for o in outcomes:
         s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
         out.append({"config": o.config.name, "mode": o.config.mode, "data_source": o.config.data_source, "seed": o.seed,
-                    "status": replay_status(o), "stopped_at": o.failure or None, **s})
+                    "status": replay_status(o), "stopped_at": o.failure or None,
+                    "overhead": o.config.overhead.to_json() if any(o.config.overhead.terms) else None, **s})
     return out
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from jaxsim import limits
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
+from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",
@@ -131,6 +132,7 @@ class DeploymentConfig:
     cuda_graph_reserved_bytes: int = 0
     tolerance_fraction: float | None = None
     overrides: Overrides = Overrides()
+    overhead: ServingOverhead = ServingOverhead()  # serving overhead a replay adds per request (zero unless set)
     source: str = field(default="<config>", compare=False)
     base_dir: Path | None = field(default=None, compare=False)
 
@@ -208,13 +210,29 @@ _CONFIG = sc.Table({
     "cuda_graph_reserved_bytes": sc.Field(sc.Int(lo=0, limit="bytes", upper_only=True)),
     "tolerance_fraction": _NUM,
     "overrides": sc.Field(_OVERRIDES),
+    "overhead": sc.Field(sc.Custom(lambda doc, v, path: _overhead(doc, v, path))),
     "roles": sc.Field(sc.Table({n: sc.Field(_role_table(n)) for n in ROLE_NAMES}, lambda doc, path, d: tuple(d.values()))),
 })
 
 
+def _overhead(doc: sc.Doc, v: Any, path: str) -> ServingOverhead:
+    """``overhead = {fixed_ms = ..., per_prompt_token_ms = ..., per_output_token_ms = ...}`` (provenance: "set in
+    FILE" unless given) or the JSON file ``jaxsim calibrate --benchmark`` writes (relative to the config's folder)."""
+    if isinstance(v, str):
+        base_dir = doc.context.get("base_dir")
+        p = Path(v).expanduser()
+        v = base_dir / p if base_dir is not None and not p.is_absolute() else p
+    elif isinstance(v, Mapping) and "provenance" not in v:
+        v = dict(v, provenance=f"set in {doc.source}")
+    try:
+        return read_overhead(v, path)
+    except OverheadError as e:
+        raise doc.error("", str(e)) from None
+
+
 def config_from_dict(obj: Mapping[str, Any], *, source: str = "<config>", base_dir: str | os.PathLike | None = None) -> DeploymentConfig:
     """Build a config from a parsed TOML/JSON mapping; one-line BindingError on an unknown key or wrong type."""
-    doc = sc.Doc(source, BindingError)
+    doc = sc.Doc(source, BindingError, base_dir=None if base_dir is None else Path(base_dir))
     kw = _CONFIG.read(doc, dict(obj))
     if "roles" not in kw:
         names = ("prefill", "decode") if kw.get("mode", "aggregated") == "disaggregated" else ("aggregated",)

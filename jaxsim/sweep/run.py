@@ -534,7 +534,7 @@ class _Goodput:
     binding may go on in the next chunk (config ids ascend across chunks), then written with its value."""
 
     def __init__(self, plan: SweepPlan):
-        self.inner, self.nw = plan.inner, len(plan.spec.workloads)
+        self.inner, self.nw, self.grid = plan.inner, len(plan.spec.workloads), plan.grid_index
         self.carry: pa.Table | None = None
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -543,7 +543,7 @@ class _Goodput:
         """The rows of ``t`` (after any held back) whose bindings are complete, with the goodput column."""
         if self.carry is not None:
             t = pa.concat_tables([self.carry, t])
-        ids = t.column("config_id").to_numpy()
+        ids = self.grid(t.column("config_id").to_numpy())
         b = ids // self.inner
         cut = t.num_rows if last or not ids.size else int(np.searchsorted(b, b[-1]))
         t, self.carry = t.slice(0, cut), t.slice(cut)
@@ -561,7 +561,7 @@ class _Goodput:
         """``t`` (rows already written) with the goodput column."""
         keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
         vals = np.concatenate(self.values) if self.values else np.zeros(0)
-        want = self._key(t.column("config_id").to_numpy()) if t.num_rows else np.zeros(0, np.int64)
+        want = self._key(self.grid(t.column("config_id").to_numpy())) if t.num_rows else np.zeros(0, np.int64)
         order = np.argsort(keys, kind="stable")
         pos = order[np.searchsorted(keys[order], want)] if want.size else np.zeros(0, np.int64)
         return t.append_column(GOODPUT_COLUMN, pa.array(vals[pos] if want.size else np.zeros(0), pa.float64()))

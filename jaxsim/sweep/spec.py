@@ -89,6 +89,12 @@ class ProfileAxis:
     moe_ep: tuple[int, ...] | None = None
     overhead: ServingOverhead = ServingOverhead()  # serving overhead outside the forward passes (zero unless set)
     dp: tuple[int, ...] | None = None  # attention data-parallel ranks per worker (None: every value recorded)
+    concurrency: tuple[int, ...] | None = None  # this profile's concurrencies (a subset of [scheduler]'s); None = all
+    workloads: tuple[str, ...] | None = None  # the workloads (names) this profile is swept on; None = all
+
+    def inner(self, spec: SweepSpec) -> int:
+        """Configs per binding of this profile: its concurrencies x its workloads."""
+        return len(self.concurrency or spec.concurrency) * len(self.workloads or spec.workloads)
 
 
 @dataclass(frozen=True)
@@ -326,6 +332,13 @@ def _make_spec(doc: sc.Doc, path: str, d: dict) -> SweepSpec:
     if dup is not None:
         raise doc.error("workload", f"workload names must be unique ({dup!r} repeats)")
     serving, spec, sch = d["serving"], d["speculation"], d["scheduler"]
+    for i, axis in enumerate(d["profile"]):
+        extra = sorted(set(axis.concurrency or ()) - set(sch["concurrency"]))
+        if extra:
+            raise doc.error(f"profile[{i}].concurrency", f"{extra} not in [scheduler] concurrency {list(sch['concurrency'])}")
+        unknown = [n for n in axis.workloads or () if n not in names]
+        if unknown:
+            raise doc.error(f"profile[{i}].workloads", f"unknown workload {unknown[0]!r} (the spec's: {', '.join(names)})")
     recorded = lambda axis: tuple(None if x == RECORDED else x for x in axis)  # noqa: E731
     return SweepSpec(
         name=d.get("name", Path(doc.source).stem),
@@ -399,8 +412,12 @@ _SPEC = sc.Table({
         "dp": sc.Field(sc.Axis(sc.Int(lo=1, limit="parallel"))),
         "label": sc.Field(sc.Str()),
         "overhead": sc.Field(sc.Custom(_overhead)),
+        "concurrency": sc.Field(sc.Axis(sc.Int(lo=1, limit="max_num_seqs"))),
+        "workloads": sc.Field(sc.Array(sc.Str(), min_len=1, empty="expected a non-empty array of workload names")),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
-                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()), d.get("dp"))),
+                                        d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()), d.get("dp"),
+                                        tuple(dict.fromkeys(d["concurrency"])) if "concurrency" in d else None,
+                                        tuple(dict.fromkeys(d["workloads"])) if "workloads" in d else None)),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -619,6 +636,7 @@ class SweepPlan:
     wl_hit_ratio: np.ndarray  # [nW] expected prefix-cache hit share of prompt tokens
     num_invalid_configs: int = 0
     profile_models: dict[str, str] = field(default_factory=dict)  # profile label → model id
+    points: np.ndarray | None = None  # grid positions (binding x concurrency x workload) evaluated, when profiles restrict their axes
 
     @property
     def inner(self) -> int:
@@ -630,8 +648,14 @@ class SweepPlan:
 
     @property
     def num_configs(self) -> int:
-        """Configs that will be evaluated (valid bindings × concurrency × workloads)."""
-        return self.num_bindings * self.inner
+        """Configs that will be evaluated (valid bindings × concurrency × workloads, or the points of
+        profiles restricting their concurrencies / workloads)."""
+        return self.num_bindings * self.inner if self.points is None else int(self.points.size)
+
+    def grid_index(self, idx: np.ndarray) -> np.ndarray:
+        """Config indices → positions in the dense grid (binding, concurrency, workload; workload fastest)."""
+        idx = np.asarray(idx, np.int64)
+        return idx if self.points is None else self.points[idx]
 
     @property
     def num_classes(self) -> int:
@@ -649,7 +673,7 @@ class SweepPlan:
     def decode_index(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Config indices → (binding, concurrency position, workload position)."""
         nw = len(self.spec.workloads)
-        b, r = np.divmod(idx, self.inner)
+        b, r = np.divmod(self.grid_index(idx), self.inner)
         c, w = np.divmod(r, nw)
         return b, c, w
 
@@ -1005,13 +1029,35 @@ def _workload_arrays(workloads: tuple[Workload, ...]) -> dict[str, np.ndarray]:
     )
 
 
+def _points(spec: SweepSpec, labels: list[str], bindings: Bindings, groups: list[TableGroup]):
+    """(grid positions kept, groups over them) when a profile restricts its concurrencies or workloads,
+    else (None, groups)."""
+    if all(a.concurrency is None and a.workloads is None for a in spec.profiles):
+        return None, groups
+    conc, names = list(spec.concurrency), [w.name for w in spec.workloads]
+    keep = {}
+    for a in spec.profiles:
+        c = np.isin(conc, a.concurrency or conc)
+        w = np.isin(names, a.workloads or names)
+        keep[a.label] = keep.get(a.label, np.zeros((len(conc), len(names)), bool)) | (c[:, None] & w[None, :])
+    mask = np.stack([keep[labels[int(p)]] for p in bindings.profile]) if len(bindings) else np.zeros((0, len(conc), len(names)), bool)
+    points = np.flatnonzero(mask.ravel()).astype(np.int64)
+    cut = lambda x: int(np.searchsorted(points, x))  # noqa: E731
+    kept = [g._replace(start=cut(g.start), stop=cut(g.stop)) for g in groups]
+    return points, [g for g in kept if g.stop > g.start]
+
+
 def plan_sweep(spec: SweepSpec) -> SweepPlan:
     """Validate every distinct binding once and lay out the config index space (plain Python)."""
     ensure_x64()
     inner = len(spec.concurrency) * len(spec.workloads)
     codes, refusals = _Codes(), _Refusals(configs_per_binding=inner)
-    rows = [row for axis in spec.profiles for row in _plan_profile(spec, axis, codes, refusals)]
+    rows = []
+    for axis in spec.profiles:
+        refusals.configs_per_binding = axis.inner(spec)
+        rows += _plan_profile(spec, axis, codes, refusals)
     bindings, groups = _group_by_tables(rows, inner)
+    points, groups = _points(spec, codes.labels["profile"], bindings, groups)
     for wl in spec.workloads:
         codes.label("workload", wl.name)
     rates = np.array([list(r) for _, r in codes.acceptance], np.float64)
@@ -1030,4 +1076,5 @@ def plan_sweep(spec: SweepSpec) -> SweepPlan:
         **_workload_arrays(spec.workloads),
         num_invalid_configs=sum(i.configs for i in invalid),
         profile_models=dict(codes.models),
+        points=points,
     )
