@@ -26,6 +26,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxsim.environment import executable_cache_max_bytes
+
 __all__ = [
     "compile_all",
     "compile_cached",
@@ -341,21 +343,6 @@ def save_arrays(name: str, key: str, arrays: dict[str, np.ndarray]) -> None:
         prune_executables(d)
     except Exception:  # noqa: BLE001 (caching is an optimisation; computing again is always correct)
         return
-
-
-def executable_cache_max_bytes() -> int:
-    """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB); anything
-    but a number ≥ 0 is an :class:`~jaxsim.errors.InputError`."""
-    raw = os.environ.get("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "2048")
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = -1.0
-    if not mb >= 0 or mb == float("inf"):
-        from jaxsim.errors import InputError  # noqa: PLC0415
-
-        raise InputError(f"JAXSIM_EXECUTABLE_CACHE_MAX_MB={raw!r}: must be a size in megabytes >= 0")
-    return int(mb * 2**20)
 
 
 def _own_entries(folder: Path, pattern: re.Pattern) -> list[tuple[int, int, Path]]:

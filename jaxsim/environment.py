@@ -5,6 +5,7 @@ never an internal error after the computation.
   (or asserts) on a platform it cannot start. When either is set, a short probe process starts JAX with
   them first; a failure names the variable and XLA's or JAX's reason. A setting that worked once is
   remembered (in the trusted cache folder) and not probed again.
+* ``JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (the executable cache's size cap) must be a number of megabytes >= 0.
 * Arguments (file names) must be valid UTF-8: refused up front, before anything is computed.
 * A console that cannot print UTF-8 (an ASCII locale) gets ``?`` for the characters it lacks instead
   of an encoding error.
@@ -87,9 +88,23 @@ def _reason(output: str) -> str:
     return last if last not in ("AssertionError", "AssertionError:") else "no backend could be initialized"
 
 
+def executable_cache_max_bytes() -> int:
+    """The executable cache's size cap: ``$JAXSIM_EXECUTABLE_CACHE_MAX_MB`` (default 2048 MB); anything
+    but a number >= 0 is an :class:`~jaxsim.errors.InputError`."""
+    raw = os.environ.get("JAXSIM_EXECUTABLE_CACHE_MAX_MB", "2048")
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise InputError(f"JAXSIM_EXECUTABLE_CACHE_MAX_MB={raw!r}: must be a size in megabytes >= 0")
+    return int(mb * 2**20)
+
+
 def check_jax_environment() -> None:
     """Before any work: ``JAX_PLATFORMS`` names platforms JAX can start here and ``XLA_FLAGS`` parses;
     an :class:`~jaxsim.errors.InputError` naming the variable otherwise."""
+    executable_cache_max_bytes()
     platforms = os.environ.get("JAX_PLATFORMS", "").strip()
     flags = user_xla_flags()
     if not platforms and not flags:
@@ -123,5 +138,5 @@ def check_jax_environment() -> None:
             pass
 
 
-__all__ = ["KNOWN_PLATFORMS", "check_arguments", "check_jax_environment", "console_safe_streams", "terminate_cleanly",
+__all__ = ["KNOWN_PLATFORMS", "check_arguments", "check_jax_environment", "console_safe_streams", "executable_cache_max_bytes", "terminate_cleanly",
            "user_xla_flags"]

@@ -203,6 +203,40 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     assert sum(e == executables.START for e, _ in calls) == 1 and sum(e == executables.FINISH for e, _ in calls) == 1
 
 
+@pytest.mark.slow
+def test_a_replay_split_over_devices_runs_in_chunks_without_a_timeline():
+    """Two host devices (a subprocess), no timeline (a zero-length leaf XLA hands back replicated): a replay
+    run in calls of a few loop steps equals one call (observed: the README's --verify-top refused by its
+    second call, the state's sharding no longer the compiled one)."""
+    code = textwrap.dedent(
+        f"""
+        import sys, jax, numpy as np
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import test_replay_slots as t
+        from jaxsim.replay import executables, runner
+        from jaxsim.replay.runner import ReplayItem
+        assert len(jax.devices()) == 2
+        trace = t._crowd(seed=3)
+        items = [ReplayItem(t._params(m), trace.requests(t.N), jax.random.PRNGKey(i), t.slot_bucket(m), False)
+                 for i, m in enumerate((20, 64, 40, 90))]
+        whole = runner.run_items(items, timeline_len=0, chunk=None)
+        calls = []
+        execute = executables.execute
+        executables.execute = lambda c: calls.append(c.executable) or execute(c)
+        runner.FIRST_CALL_STEPS = 3
+        runner._next_budget = lambda budget, seconds: 5
+        chunked = runner.run_items(items, timeline_len=0, chunk=None)
+        assert executables.ADVANCE_SPLIT in calls, calls
+        for a, b in zip(whole, chunked):
+            for name, x in vars(a).items():
+                np.testing.assert_array_equal(getattr(b, name), x, err_msg=name)
+        """
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
 @pytest.mark.parametrize("many", [False, True])
 def test_a_replay_run_in_chunks_of_a_few_loop_steps_equals_one_call(monkeypatch, many):
     """The runner advances in calls of a bounded number of loop steps (progress between them); any split
