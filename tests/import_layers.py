@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "jaxsim.sla": 1,
     "jaxsim.stats": 1,
     "jaxsim.overhead": 1,
+    "jaxsim.router": 1,
     # 2. compiled kernels and the JAX set-up
     "jaxsim._jax": 2,
     "jaxsim.devices": 2,

@@ -83,6 +83,8 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
                   f(s["p99_ttft_ms"]), f(s["mean_tpot_ms"]), f(s["p99_e2e_ms"]), f(s["output_throughput_tok_s"], 1),
                   str(int(s["preemptions"])))
     console().print(t)
+    for line in _routing_lines(summaries):
+        typer.echo(line)
     shown = set()
     for s in summaries:
         ov = s.get("overhead")
@@ -91,6 +93,40 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
             typer.echo(f"{s['config']}: latencies include the serving overhead {ov['fixed_ms']:g} ms + {ov['per_prompt_token_ms']:g} ms/prompt "
                        f"token (TTFT) + {ov['per_output_token_ms']:g} ms/output token (TPOT), per request after the replay "
                        f"(throughput unchanged); {ov['provenance']}")
+
+
+def _with_router(configs: list, router: str) -> list:
+    """Every configuration with the router ``--router`` names (Dynamo's default weights); one line otherwise."""
+    from jaxsim.router import RouterError, read_router
+
+    try:
+        r = read_router(router, "--router")
+    except RouterError as e:
+        fail(str(e))
+    return _replaced(lambda c: dataclasses.replace(c, router=r), configs)
+
+
+def _replaced(change, configs: list) -> list:
+    """``change`` applied to every configuration; a combination a replay configuration refuses (a routed pool under a
+    closed loop, ...) is one line."""
+    try:
+        return [change(c) for c in configs]
+    except ValueError as e:
+        fail(str(e))
+
+
+def _routing_lines(summaries: list[dict]) -> list[str]:
+    """One line per routed configuration (its first seed): policy, rounds, requests per replica, predicted overlap."""
+    lines, shown = [], set()
+    for s in summaries:
+        r = s.get("router")
+        if not r or s["config"] in shown:
+            continue
+        shown.add(s["config"])
+        lines.append(f"{s['config']}: router {r['policy']} (in the loop): requests per replica "
+                     f"{'/'.join(str(x) for x in r['requests_per_replica'])}; router-predicted cache overlap "
+                     f"{100 * r['predicted_overlap_share']:.1f} % of prompt tokens")
+    return lines
 
 
 def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed):
@@ -166,6 +202,14 @@ def register(app: typer.Typer) -> None:
                 "arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."
             ),
         ),
+        router: str | None = typer.Option(
+            None,
+            "--router",
+            help=(
+                "How a pool's requests go to its replicas: round_robin, least_loaded (fewest in flight) or kv (Dynamo's KV router: "
+                "prefix overlap against load, its default weights); overrides the deployment's [router]. Open loops only."
+            ),
+        ),
         sla_ttft_ms: float | None = typer.Option(None, "--sla-ttft-ms", help="Goodput SLA: TTFT bound (ms)."),
         sla_tpot_ms: float | None = typer.Option(None, "--sla-tpot-ms", help="Goodput SLA: TPOT bound (ms)."),
         sla_e2e_ms: float | None = typer.Option(None, "--sla-e2e-ms", help="Goodput SLA: E2E bound (ms)."),
@@ -219,6 +263,8 @@ def register(app: typer.Typer) -> None:
                 why = budget.refusal(budget.estimate(configs, np.ones(rows, np.int64), seeds), budget.available_bytes())
                 if why is not None:
                     fail(f"{trace}: {rows:,} rows: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
+        if router is not None:
+            configs = _with_router(configs, router)
         tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
                               arrival_rule, seed)
         if bench is not None:
@@ -226,12 +272,12 @@ def register(app: typer.Typer) -> None:
 
             if max_concurrency:
                 fail("--max-concurrency caps a trace's replay; with --load the load sets the concurrency (closed:C)")
-            configs = [with_load(c, bench) for c in configs]
+            configs = _replaced(lambda c: with_load(c, bench), configs)
         if max_concurrency:
             disaggregated = [c.name for c in configs if c.mode != "aggregated"]
             if disaggregated:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
-            configs = [dataclasses.replace(c, max_concurrency=int(max_concurrency)) for c in configs]
+            configs = _replaced(lambda c: dataclasses.replace(c, max_concurrency=int(max_concurrency)), configs)
         seed_list = list(range(seed, seed + seeds))
         cost = budget.estimate(configs, tr.output_tokens, len(seed_list), timeline_len=(1 << 18) if timeline else 0)
         why = None if budget.check_environment_override() else budget.refusal(cost, budget.available_bytes())

@@ -14,13 +14,15 @@ from jaxsim.kernels.capacity import blocks_for
 from jaxsim.kernels.rounds import RoundTable
 from jaxsim.overhead import ServingOverhead
 from jaxsim.replay.engine import EngineParams, is_stochastic, make_params
+from jaxsim.router import Router
 
 
 @dataclass(frozen=True, eq=False)
 class WorkerPool:
     """One role: a compiled table, its scheduler envelope and KV pool, and how many replicas serve it.
 
-    Requests are routed to replicas round-robin in arrival order.
+    Requests go to replicas as the deployment's router decides (:class:`~jaxsim.router.Router`; round-robin
+    in arrival order by default).
     """
 
     table: RoundTable
@@ -54,6 +56,9 @@ class ReplayConfig:
     replica, a semaphore of C over the requests routed to that replica (round-robin in arrival order),
     each request sent when it has arrived and a slot is free, FIFO; TTFT and E2E are measured from the
     send. Aggregated deployments only. 0: open loop (every request sent at its arrival).
+
+    ``router`` routes the aggregated pool's or the prefill pool's requests over its replicas (a disaggregated
+    deployment's decode pool takes its requests round-robin); any policy but round-robin needs an open loop.
     """
 
     name: str
@@ -67,6 +72,7 @@ class ReplayConfig:
     data_source: str = "measured"  # what the profile's numbers are (measured, derived, modelled, calibrated)
     max_concurrency: int = 0  # closed loop: requests in flight per replica (0: open loop)
     overhead: ServingOverhead = ServingOverhead()  # serving overhead added per request on the host (zero unless set)
+    router: Router = Router()  # how the first pool's requests go to its replicas
 
     def __post_init__(self):
         agg = self.aggregated is not None
@@ -79,6 +85,9 @@ class ReplayConfig:
             raise ValueError(f"{self.name}: max_concurrency={self.max_concurrency!r} must be an integer >= 0 (0: open loop)")
         if pd and self.max_concurrency:
             raise ValueError(f"{self.name}: closed-loop replay (max_concurrency) is supported for aggregated deployments only")
+        if self.router.routed and self.max_concurrency:
+            raise ValueError(f"{self.name}: router {self.router.policy!r} with a closed loop: the closed loop runs per replica over "
+                             "round-robin shares; replay an open-loop trace or load to route by state")
 
     @property
     def mode(self) -> str:
@@ -127,11 +136,11 @@ def config_from_binding(b, name: str | None = None) -> ReplayConfig:
     rates = np.asarray(b.accept_rates, np.float64)
     if b.mode == "aggregated":
         return ReplayConfig(label, int(b.nextn), rates, aggregated=pools["aggregated"], data_source=b.data_source,
-                            overhead=b.config.overhead)
+                            overhead=b.config.overhead, router=b.config.router)
     return ReplayConfig(
         label, int(b.nextn), rates, prefill=pools["prefill"], decode=pools["decode"],
         kv_bytes_per_token=int(b.prefill.kv_bytes_per_token), kv_transfer_bytes_per_s=float(b.kv_transfer_bytes_per_s),
-        data_source=b.data_source, overhead=b.config.overhead,
+        data_source=b.data_source, overhead=b.config.overhead, router=b.config.router,
     )
 
 
@@ -149,6 +158,7 @@ class ReplayOutcome:
     summary: dict
     timeline: list[dict] | None = None  # one pass timeline per worker pool (metrics.timeline_table)
     failed_query: tuple | None = None  # the stopping pass's lookup (engine.PassPrice.query)
+    routing: dict | None = None  # how a routed pool's requests went to its replicas (routing.RoutingSummary.to_json)
 
     @property
     def failure(self) -> str:

@@ -1,6 +1,7 @@
 """Replaying deployments: every (configuration, seed) of a trace, one compiled call per group of static
-shapes. A pool's requests are split round-robin over its replicas. Aggregated deployments replay in one
-stage; disaggregated ones in two: the prefill pools, then the decode pools, fed by prefill completions
+shapes. A pool's requests go to its replicas as its router decides: round-robin unless the deployment
+routes them by load or by KV cache, with the router in the loop (:mod:`jaxsim.replay.online`).
+Aggregated deployments replay in one stage; disaggregated ones in two: the prefill pools, then the decode pools, fed by prefill completions
 plus the KV transfer. Per-request columns come back in trace order, with aggregates, timelines and the
 replay status (:class:`~jaxsim.replay.deployment.ReplayOutcome`)."""
 
@@ -21,6 +22,8 @@ from jaxsim.kernels.capacity import kv_transfer_ms
 from jaxsim.replay import metrics
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
+from jaxsim.replay.online import run_routed
+from jaxsim.replay.routing import RoutingSummary, round_robin
 from jaxsim.replay.runner import ReplayItem, run_items
 from jaxsim.replay.traces import Trace, request_bucket
 from jaxsim.sla import Goodput
@@ -32,8 +35,9 @@ _FIELDS = ("first_token_ms", "second_token_ms", "last_token_ms", "output_tokens"
 
 @dataclass(frozen=True, eq=False)
 class Stage:
-    """One pool's share of one replay: the requests it serves (sorted by arrival, as columns), split
-    round-robin over the pool's replicas, each replica one :class:`~jaxsim.replay.runner.ReplayItem`."""
+    """One pool's share of one replay: the requests it serves (sorted by arrival, as columns), split over
+    the pool's replicas (``assignment``: each request's replica; None: round-robin), each replica one
+    :class:`~jaxsim.replay.runner.ReplayItem`."""
 
     pool: WorkerPool
     nextn: int
@@ -47,12 +51,17 @@ class Stage:
     max_passes: int
     max_concurrency: int = 0  # closed loop, per replica (ReplayConfig.max_concurrency)
     pad_to: int = 0  # requests per replica padded to at least this (stages of different sizes then share compilations)
+    assignment: np.ndarray | None = None  # each request's replica (stage order); None: round-robin
+
+    @cached_property
+    def replica(self) -> np.ndarray:
+        """Each request's replica (stage order)."""
+        return round_robin(self.arrival_ms.size, self.pool.replicas) if self.assignment is None else np.asarray(self.assignment)
 
     @cached_property
     def parts(self) -> list[np.ndarray]:
-        """Each replica's requests (positions in the stage's columns)."""
-        n, replicas = self.arrival_ms.size, self.pool.replicas
-        return [np.arange(r, n, replicas) for r in range(replicas)]
+        """Each replica's requests (positions in the stage's columns, in arrival order)."""
+        return [np.flatnonzero(self.replica == r) for r in range(self.pool.replicas)]
 
     @cached_property
     def items(self) -> list[ReplayItem]:
@@ -120,6 +129,7 @@ class _Job:
     trace: Trace
     first: StageRun
     decode: DecodeStage | None = None
+    routing: RoutingSummary | None = None  # how the first stage's requests were routed (a routed pool of several replicas)
 
 
 def _max_passes(trace: Trace) -> int:
@@ -164,6 +174,24 @@ def _run_stages(runs: list[StageRun], **kw) -> None:
         lo += len(r.items)
 
 
+def _routed(j: _Job) -> bool:
+    """Whether the job's first stage is routed by state (a router other than round-robin, several replicas)."""
+    st_ = j.first.stage
+    return st_ is not None and j.config.router.routed and st_.pool.replicas > 1
+
+
+def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
+    """Each request's prompt block keys at the pool's block size (stage order), from the trace's hash ids;
+    None when the trace has none."""
+    hash_ids = getattr(trace, "hash_ids", None)
+    if hash_ids is None:
+        return None
+    from jaxsim.replay.prefix_cache import block_keys  # noqa: PLC0415
+
+    keys, _ = block_keys(hash_ids, trace.input_tokens, int(trace.trace_block_size), stage.pool.block_size)
+    return keys
+
+
 def _disaggregated_columns(d: DecodeStage, n: int) -> dict[str, np.ndarray]:
     """Decode-stage columns in trace order; preemptions and admissions add up over both stages, a request
     the prefill stage did not finish keeps its prefill terminal."""
@@ -200,8 +228,19 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
+    req["replica"] = _replicas(job)
     req, summary = metrics.summarize(req, goodput, job.config.overhead.terms)
-    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed)
+    return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed,
+                         routing=None if job.routing is None else job.routing.to_json())
+
+
+def _replicas(job: _Job) -> np.ndarray:
+    """Each request's replica in its first pool (trace order; -1 for a request no pool served)."""
+    out = np.full(len(job.trace), -1, np.int64)
+    st_ = job.first.stage
+    if st_ is not None:
+        out[: st_.arrival_ms.size] = st_.replica  # the first stage's columns are the trace's, in order
+    return out
 
 
 def run_replays(
@@ -240,7 +279,12 @@ def run_replays(
     jobs = [_Job(c, int(s), t, StageRun(_first_stage(c, int(s), t, passes[id(t)], pad_to))) for c, t in zip(configs, traces)
             for s in seeds]
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
-    _run_stages([j.first for j in jobs], **run)
+    _run_stages([j.first for j in jobs if not _routed(j)], **run)
+    for j in jobs:  # routed pools: the router in the loop, one (configuration, seed) at a time
+        if _routed(j):
+            stage, results, j.routing = run_routed(j.first.stage, j.config.router, _prompt_keys(j.first.stage, j.trace),
+                                                   run["timeline_len"], timings)
+            j.first = StageRun(stage, results)
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":

@@ -23,7 +23,7 @@ __all__ = ["REQUEST_COLUMNS", "SUMMARY_METADATA_KEY", "rejection_lines", "replay
 REQUEST_COLUMNS = (
     "config", "seed", "request", "row", "arrival_ms", "sent_ms", "input_tokens", "output_tokens", "generated_tokens",
     "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "decode_rounds",
-    "preemptions", "admissions", "terminal", "reason", "status", "data_source",
+    "preemptions", "admissions", "terminal", "reason", "status", "data_source", "replica",
 )
 """The request table's columns, in order."""
 SUMMARY_METADATA_KEY = b"jaxsim.replay.summary"
@@ -81,14 +81,14 @@ def _arrow(a: np.ndarray):
 
 def summaries(outcomes: Sequence[ReplayOutcome]) -> list[dict]:
     """One JSON-ready dict per outcome: configuration, mode, source, seed, status, where it stopped, the
-    serving overhead its latencies carry (its terms and provenance; None when zero) and the summary metrics
-    (NaN written as None)."""
+    serving overhead its latencies carry (its terms and provenance; None when zero), how a routed pool's requests
+    went to its replicas (None when round-robin) and the summary metrics (NaN written as None)."""
     out = []
     for o in outcomes:
         s = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in o.summary.items()}
         out.append({"config": o.config.name, "mode": o.config.mode, "data_source": o.config.data_source, "seed": o.seed,
                     "status": replay_status(o), "stopped_at": o.failure or None,
-                    "overhead": o.config.overhead.to_json() if any(o.config.overhead.terms) else None, **s})
+                    "overhead": o.config.overhead.to_json() if any(o.config.overhead.terms) else None, "router": o.routing, **s})
     return out
 
 

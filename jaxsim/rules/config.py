@@ -32,6 +32,7 @@ from jaxsim import limits
 from jaxsim import schema as sc
 from jaxsim.errors import BindingError, read_text
 from jaxsim.overhead import OverheadError, ServingOverhead, read_overhead
+from jaxsim.router import Router, RouterError, read_router
 
 __all__ = [
     "ROLE_NAMES", "MODES", "DEFAULT_BLOCK_SIZE", "PRECISION_OVERRIDES", "IDENTITY_OVERRIDES", "REFUSED_OVERRIDES",
@@ -133,6 +134,7 @@ class DeploymentConfig:
     tolerance_fraction: float | None = None
     overrides: Overrides = Overrides()
     overhead: ServingOverhead = ServingOverhead()  # serving overhead a replay adds per request (zero unless set)
+    router: Router = Router()  # how a replay routes requests over a pool's replicas (round-robin unless set)
     source: str = field(default="<config>", compare=False)
     base_dir: Path | None = field(default=None, compare=False)
 
@@ -211,6 +213,7 @@ _CONFIG = sc.Table({
     "tolerance_fraction": _NUM,
     "overrides": sc.Field(_OVERRIDES),
     "overhead": sc.Field(sc.Custom(lambda doc, v, path: _overhead(doc, v, path))),
+    "router": sc.Field(sc.Custom(lambda doc, v, path: _router(doc, v, path))),
     "roles": sc.Field(sc.Table({n: sc.Field(_role_table(n)) for n in ROLE_NAMES}, lambda doc, path, d: tuple(d.values()))),
 })
 
@@ -227,6 +230,14 @@ def _overhead(doc: sc.Doc, v: Any, path: str) -> ServingOverhead:
     try:
         return read_overhead(v, path)
     except OverheadError as e:
+        raise doc.error("", str(e)) from None
+
+
+def _router(doc: sc.Doc, v: Any, path: str) -> Router:
+    """``router = "kv"`` or ``[router] policy = "kv", overlap_score_weight = 1.0, ttl_s = 120`` (:mod:`jaxsim.router`)."""
+    try:
+        return read_router(v, path or "router")
+    except RouterError as e:
         raise doc.error("", str(e)) from None
 
 
