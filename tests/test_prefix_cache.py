@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 from replay_support import case_params, golden_table, oracle_replay, replay_cases
 
@@ -124,6 +124,7 @@ def test_unique_keys_replay_exactly_as_without_caching(seed, blocks):
 
 @settings(max_examples=15, deadline=None)
 @given(seed=hs.integers(0, 10_000))
+@example(seed=542)
 def test_shared_prefixes_hit_whole_blocks_and_never_the_whole_prompt(seed):
     case = _ar_case()
     g = np.random.default_rng(seed)
@@ -135,12 +136,14 @@ def test_shared_prefixes_hit_whole_blocks_and_never_the_whole_prompt(seed):
     hashes = [list(range(-(-int(x) // 16))) for x in trace.input_tokens]  # each prompt extends or prefixes the others
     keys, _ = block_keys(hashes, trace.input_tokens, 16, bs)
     table = golden_table("ar_core")
-    cold, lk0, _ = oracle_replay(table, trace, **kw)
-    warm, lk1, _ = oracle_replay(table, trace, **kw, block_keys=keys)
+    cold, lk0, status0 = oracle_replay(table, trace, **kw)
+    warm, lk1, status1 = oracle_replay(table, trace, **kw, block_keys=keys)
     for r in warm:
         assert r.hit % bs == 0 and r.hit <= (r.prompt - 1) // bs * bs
     computed = lambda lookups: sum(q[2] for q in lookups if q[0] == "prefill")  # noqa: E731
-    if not any(r.preempt for r in cold + warm):
+    # both ran to the end: a replay stopped by a lookup outside the table's support (seed 542: a prefill reading
+    # 96 cached tokens) computes less than the other only because it stopped
+    if status0 == status1 == "completed" and not any(r.preempt for r in cold + warm):
         assert computed(lk1) == computed(lk0) - sum(r.hit for r in warm)
 
 
