@@ -24,10 +24,6 @@ import numpy as np
 from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels.capacity import blocks_for
 from jaxsim.replay.engine import (
-    _DONE,
-    _FIRST,
-    _FLAGS,
-    _LAST,
     _OUTPUT,
     _PROMPT,
     COMPLETED,
@@ -91,9 +87,9 @@ def run_routed(stage, router: Router, keys: list[np.ndarray] | None, timeline_le
             local = _engine_positions(v, int(rows[w]))
             first = np.full(len(v.sent), np.nan)
             done_ms = np.full(len(v.sent), np.nan)
-            first[local >= 0] = s.requests.times[w, local[local >= 0], _FIRST]
-            finished = (s.requests.counts[w, local[local >= 0], _FLAGS] & _DONE) != 0
-            done_ms[local >= 0] = np.where(finished, s.requests.times[w, local[local >= 0], _LAST], np.nan)
+            rows_w = local[local >= 0]
+            first[local >= 0] = s.requests.first_token_ms[w, rows_w]
+            done_ms[local >= 0] = np.where(s.requests.done[w, rows_w], s.requests.last_token_ms[w, rows_w], np.nan)
             v.update(t, first, done_ms)
         k = keys[q] if keys is not None else no_keys
         w, hit = choose(router, views, q, t, k, int(blocks[q]))

@@ -110,10 +110,9 @@ class ReplicaView:
 
 
 def choose(router: Router, views: list[ReplicaView], q: int, t_ms: float, keys: np.ndarray, blocks: int) -> tuple[int, int]:
-    """The replica ``router`` sends request ``q`` to at ``t_ms`` (its prompt's full-block keys and its block
-    count) and the blocks it believes cached there; ties go to the lowest index."""
-    if router.policy == "round_robin":
-        return q % len(views), 0
+    """The replica a state-routing ``router`` (least-loaded or kv; round-robin needs no state) sends request
+    ``q`` to at ``t_ms`` (its prompt's full-block keys and its block count) and the blocks it believes cached
+    there; ties go to the lowest index."""
     if router.policy == "least_loaded":
         return int(np.argmin([v.in_flight for v in views])), 0
     ttl_ms = float(router.ttl_s) * 1000.0
