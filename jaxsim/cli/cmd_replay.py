@@ -278,6 +278,13 @@ def register(app: typer.Typer) -> None:
             if disaggregated:
                 fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = _replaced(lambda c: dataclasses.replace(c, max_concurrency=int(max_concurrency)), configs)
+        if tr.sessions is not None and bool((tr.sessions.previous >= 0).any()):
+            from jaxsim.replay.orchestrate import session_refusal
+
+            for c in configs:
+                why = session_refusal(c)
+                if why:
+                    fail(f"{trace}: {why}")
         seed_list = list(range(seed, seed + seeds))
         cost = budget.estimate(configs, tr.output_tokens, len(seed_list), timeline_len=(1 << 18) if timeline else 0)
         why = None if budget.check_environment_override() else budget.refusal(cost, budget.available_bytes())

@@ -35,6 +35,20 @@ Example:
 """
 
 
+SESSIONS_HELP = """Write synthetic multi-turn sessions (Mooncake JSONL with session_id, turn, delay_ms and hash_ids).
+
+Sessions start at gamma-distributed gaps (RATE sessions/s, CV; 1 is Poisson). Turn 1's prompt is
+--new-input tokens; turn k's prompt is the conversation so far (turn k-1's prompt and output) plus
+--new-input new tokens. `jaxsim replay` sends turn k --think-time-ms after turn k-1 completes. With
+--shared-prefix-ratio R and --prefix-groups G, sessions in one of G groups share a system prompt of R x the
+mean new input (hash_ids say so). See docs/sessions.md.
+
+Example:
+
+  jaxsim trace sessions --sessions 50 --rate 0.5 --turns 4 --new-input uniform:200:800 --osl uniform:50:300 --think-time-ms 2000 --output chat.jsonl
+"""
+
+
 def register(app: typer.Typer) -> None:
     trace_app = typer.Typer(help="Request traces: bundled excerpts and synthetic arrivals.", no_args_is_help=True)
     app.add_typer(trace_app, name="trace")
@@ -77,6 +91,43 @@ def register(app: typer.Typer) -> None:
                    f"{sum(len(k) for k in keys):,} full {block_size}-token KV blocks")
         typer.echo(f"prefix-hit ratio with an unbounded cache (trace order, {trace_block_size}-token hash blocks): "
                    f"{measured_hit_ratio(hashes, lengths, trace_block_size):.4f}")
+
+    @trace_app.command("sessions", help=SESSIONS_HELP)
+    @guarded
+    def sessions_cmd(
+        output: Path = typer.Option(..., "--output", "-o", help="Trace file to write (.jsonl, Mooncake with session fields)."),
+        sessions: int = typer.Option(100, "--sessions", help="Number of sessions."),
+        rate: float = typer.Option(1.0, "--rate", help="Mean session start rate, sessions/s."),
+        cv: float = typer.Option(1.0, "--cv", help="Coefficient of variation of the gaps between session starts (1 = Poisson)."),
+        turns: int = typer.Option(4, "--turns", help="Turns per session."),
+        new_input: str = typer.Option("fixed:1024", "--new-input", help="New prompt tokens per turn (length spec)."),
+        osl: str = typer.Option("fixed:128", "--osl", help="Output tokens per turn (length spec)."),
+        shared_prefix_ratio: float = typer.Option(
+            0.0, "--shared-prefix-ratio", help="Share of the mean new input that is the group's system prompt, at the start of turn 1, in [0, 1)."
+        ),
+        prefix_groups: int = typer.Option(
+            0, "--prefix-groups", help="Groups of sessions sharing one system prompt (>= 1 with a shared prefix)."
+        ),
+        think_time_ms: float = typer.Option(0.0, "--think-time-ms", help="Delay between a turn's completion and the next turn's send (ms)."),
+        trace_block_size: int = typer.Option(512, "--trace-block-size", help="Prompt tokens per hash id (Mooncake: 512)."),
+        seed: int = typer.Option(0, "--seed", help="RNG seed."),
+        force: bool = typer.Option(False, "--force", help="Overwrite OUTPUT if it exists."),
+    ) -> None:
+        from jaxsim.replay.session_traces import SessionShape, session_trace, write_session_jsonl
+
+        limits.check("requests", sessions, "--sessions")
+        limits.check("rate", rate, "--rate")
+        limits.check("rate", cv, "--cv")
+        limits.check("seed", seed, "--seed")
+        if output.suffix.lower() != ".jsonl":
+            fail(f"{output}: session traces are written as Mooncake JSONL; use a .jsonl file name")
+        refuse_overwrite(output, force, ("jsonl",))
+        shape = SessionShape(turns=turns, new_input=new_input, output=osl, shared_prefix_ratio=shared_prefix_ratio,
+                             prefix_groups=prefix_groups, think_time_ms=think_time_ms, trace_block_size=trace_block_size)
+        t, hashes = session_trace(sessions, rate, shape, cv=cv, seed=seed, name=output.stem)
+        write_session_jsonl(t, hashes, output)
+        typer.echo(f"wrote {output}: {sessions} sessions x {turns} turns = {len(t)} requests; prompts {int(t.input_tokens.min())}.."
+                   f"{int(t.input_tokens.max())} tokens; sessions start over {t.duration_ms / 1e3:,.1f} s (rate {rate}/s, cv {cv}, seed {seed})")
 
     @trace_app.command("synth", help=SYNTH_HELP)
     @guarded

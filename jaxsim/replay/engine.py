@@ -998,26 +998,30 @@ def advance_stack(
 
 
 def advance_until_stack(
-    p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, stop_ms: Float64[Array, " B"], *,
-    stochastic: bool = True, shared_table: bool = False,
+    p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, stop_ms: Float64[Array, " B"],
+    stop_done: Int64[Array, " B"] | None = None, *, stochastic: bool = True, shared_table: bool = False,
 ) -> EngineState:
     """Run a stack of replays pass by pass (no decode stretch), each only while it is active and its next
     pass would start before its ``stop_ms``: a pass that starts at or after a request's arrival would see it,
     so a router in the loop (:mod:`jaxsim.replay.online`) stops every replica there, decides, adds the request
-    to one of them and calls again; the passes are those of one uninterrupted replay of the same requests."""
+    to one of them and calls again; the passes are those of one uninterrupted replay of the same requests.
+    ``stop_done`` (optional): a replay also stops right after the pass that takes its completed requests above
+    it (multi-turn sessions, :mod:`jaxsim.replay.sessions`: a completion sends the session's next turn)."""
     from jaxsim.replay.stretch import engine_step
 
     ensure_x64()
     ax = param_axes(p, shared_table)
     step = jax.vmap(lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), 0, s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH)
-    going = jax.vmap(lambda pp, c, s, stop: _active(pp, s) & (_clock(c, s) < stop), in_axes=(ax, 0, 0, 0))
+    limit = jnp.full_like(s.num_done, jnp.iinfo(jnp.int64).max) if stop_done is None else stop_done
+    going = jax.vmap(lambda pp, c, s, stop, done: _active(pp, s) & (_clock(c, s) < stop) & (s.num_done <= done),
+                     in_axes=(ax, 0, 0, 0, 0))
 
     def body(s):
-        go = going(p, consts, s, stop_ms)
+        go = going(p, consts, s, stop_ms, limit)
         new = step(p, consts, keys, s)
         return jax.tree.map(lambda a, b: jnp.where(go.reshape(go.shape + (1,) * (a.ndim - 1)), a, b), new, s)
 
-    return jax.lax.while_loop(lambda s: jnp.any(going(p, consts, s, stop_ms)), body, s)
+    return jax.lax.while_loop(lambda s: jnp.any(going(p, consts, s, stop_ms, limit)), body, s)
 
 
 def finish_stack(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResult:

@@ -7,6 +7,7 @@ replay status (:class:`~jaxsim.replay.deployment.ReplayOutcome`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,6 +26,7 @@ from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_sto
 from jaxsim.replay.online import run_routed
 from jaxsim.replay.routing import RoutingSummary, round_robin
 from jaxsim.replay.runner import ReplayItem, run_items
+from jaxsim.replay.sessions import run_sessions
 from jaxsim.replay.traces import Trace, request_bucket
 from jaxsim.sla import Goodput
 
@@ -180,6 +182,11 @@ def _routed(j: _Job) -> bool:
     return st_ is not None and j.config.router.routed and st_.pool.replicas > 1
 
 
+def _multi_turn(j: _Job) -> bool:
+    """Whether the job's trace has sessions with later turns (sent as earlier turns complete)."""
+    return j.trace.sessions is not None and bool(np.any(j.trace.sessions.previous >= 0)) and j.first.stage is not None
+
+
 def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
     """Each request's prompt block keys at the pool's block size (stage order), from the trace's hash ids;
     None when the trace has none."""
@@ -190,6 +197,29 @@ def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
 
     keys, _ = block_keys(hash_ids, trace.input_tokens, int(trace.trace_block_size), stage.pool.block_size)
     return keys
+
+
+def _add_time(timings: dict | None, t0: float) -> None:
+    """A loop with the engines in it (a router, sessions) compiles as it goes: its wall time counts as replay time."""
+    if timings is not None:
+        timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0
+
+
+def _check_sessions(c: ReplayConfig) -> None:
+    """Multi-turn sessions replay an aggregated open loop (ValueError otherwise; the CLI says so in one line first)."""
+    why = session_refusal(c)
+    if why:
+        raise ValueError(why)
+
+
+def session_refusal(c: ReplayConfig) -> str | None:
+    """Why configuration ``c`` cannot replay multi-turn sessions (None: it can)."""
+    if c.mode != "aggregated":
+        return f"{c.name}: multi-turn sessions are replayed on aggregated deployments only ({c.name} is {c.mode})"
+    if c.max_concurrency:
+        return (f"{c.name}: multi-turn sessions with a closed loop (max_concurrency {c.max_concurrency}): a session sends its next turn "
+                "when the previous completes; the two client models do not combine")
+    return None
 
 
 def _disaggregated_columns(d: DecodeStage, n: int) -> dict[str, np.ndarray]:
@@ -229,7 +259,12 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
     req["replica"] = _replicas(job)
+    ses = trace.sessions
+    req["session"] = np.full(n, "", dtype=object) if ses is None else ses.session.astype(object)
+    req["turn"] = np.zeros(n, np.int64) if ses is None else ses.turn.astype(np.int64)
     req, summary = metrics.summarize(req, goodput, job.config.overhead.terms)
+    if ses is not None:  # multi-turn: sessions, and turns never sent (their session ended at a rejected or unfinished turn)
+        summary = dict(summary, sessions=ses.count, unsent_turns=int(np.sum(np.isnan(req["sent_ms"]) & (ses.previous >= 0))))
     return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed,
                          routing=None if job.routing is None else job.routing.to_json())
 
@@ -279,12 +314,22 @@ def run_replays(
     jobs = [_Job(c, int(s), t, StageRun(_first_stage(c, int(s), t, passes[id(t)], pad_to))) for c, t in zip(configs, traces)
             for s in seeds]
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
-    _run_stages([j.first for j in jobs if not _routed(j)], **run)
+    _run_stages([j.first for j in jobs if not _routed(j) and not _multi_turn(j)], **run)
+    for j in jobs:  # multi-turn sessions: later turns sent as earlier ones complete, one (configuration, seed) at a time
+        if _multi_turn(j):
+            _check_sessions(j.config)
+            t0 = time.perf_counter()
+            stage, results, j.routing, _ = run_sessions(j.first.stage, j.trace.sessions, j.config.router,
+                                                        _prompt_keys(j.first.stage, j.trace), run["timeline_len"], timings)
+            j.first = StageRun(stage, results)
+            _add_time(timings, t0)
     for j in jobs:  # routed pools: the router in the loop, one (configuration, seed) at a time
-        if _routed(j):
+        if _routed(j) and not _multi_turn(j):
+            t0 = time.perf_counter()
             stage, results, j.routing = run_routed(j.first.stage, j.config.router, _prompt_keys(j.first.stage, j.trace),
                                                    run["timeline_len"], timings)
             j.first = StageRun(stage, results)
+            _add_time(timings, t0)
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":

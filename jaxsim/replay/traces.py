@@ -31,7 +31,8 @@ from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
 
 __all__ = [
-    "FORMATS", "Trace", "request_bucket", "make_trace", "read_azure_csv", "read_mooncake_jsonl", "read_plain_jsonl",
+    "FORMATS", "SESSION_FIELDS", "Sessions", "Trace", "read_sessions",
+    "request_bucket", "make_trace", "read_azure_csv", "read_mooncake_jsonl", "read_plain_jsonl",
     "read_plain_csv", "sniff_format", "list_traces", "bundled_trace_path", "load_trace", "write_trace_csv",
     "sample_lengths", "poisson_trace", "gamma_trace",
 ]
@@ -46,8 +47,37 @@ _BUNDLED = {
 
 
 @dataclass(frozen=True, eq=False)
+class Sessions:
+    """Multi-turn sessions of a trace (per request, in the trace's arrival order): ``session`` (its session's
+    id), ``turn`` (1-based), ``previous`` (the position of the session's previous turn in the trace, -1 for a
+    first turn) and ``delay_ms`` (think time: the turn is sent that long after its previous turn completes; 0
+    for a first turn, which is sent at its arrival). A later turn's own arrival time is not used by a replay."""
+
+    session: np.ndarray  # object: session id strings
+    turn: np.ndarray  # int64, 1-based
+    previous: np.ndarray  # int64, trace position of the previous turn (-1: a first turn)
+    delay_ms: np.ndarray  # float64
+
+    def take(self, keep: np.ndarray) -> Sessions:
+        """The sessions of the requests at positions ``keep`` (increasing; a later turn whose previous turn is
+        dropped is dropped too, as are its later turns)."""
+        keep = np.asarray(keep, np.int64)
+        new = np.full(self.previous.size, -1, np.int64)
+        new[keep] = np.arange(keep.size)
+        prev = self.previous[keep]
+        if np.any((prev >= 0) & (new[np.maximum(prev, 0)] < 0)):
+            raise QueryError("a trace cut drops a session's earlier turn and keeps a later one")
+        return Sessions(self.session[keep], self.turn[keep], np.where(prev >= 0, new[np.maximum(prev, 0)], -1), self.delay_ms[keep])
+
+    @property
+    def count(self) -> int:
+        return int(np.sum(self.previous < 0))
+
+
+@dataclass(frozen=True, eq=False)
 class Trace:
-    """Requests sorted by arrival. ``row`` is each request's 0-based position in the source."""
+    """Requests sorted by arrival. ``row`` is each request's 0-based position in the source. ``sessions``: the
+    multi-turn sessions the requests belong to (None: independent requests)."""
 
     name: str
     arrival_ms: np.ndarray
@@ -55,9 +85,16 @@ class Trace:
     output_tokens: np.ndarray
     row: np.ndarray
     source: str = ""
+    sessions: Sessions | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_ms.shape[0])
+
+    def _take(self, keep: np.ndarray) -> Trace:
+        keep = np.asarray(keep, np.int64)
+        sessions = None if self.sessions is None else self.sessions.take(keep)
+        return Trace(self.name, self.arrival_ms[keep], self.input_tokens[keep], self.output_tokens[keep], self.row[keep], self.source,
+                     sessions)
 
     @property
     def duration_ms(self) -> float:
@@ -85,19 +122,21 @@ class Trace:
 
     def head(self, max_requests: int) -> Trace:
         """The first ``max_requests`` requests."""
-        k = max(0, int(max_requests))
-        return Trace(self.name, self.arrival_ms[:k], self.input_tokens[:k], self.output_tokens[:k], self.row[:k], self.source)
+        return self._take(np.arange(min(max(0, int(max_requests)), len(self))))
 
     def scaled(self, time_scale: float) -> Trace:
         """Arrival times multiplied by ``time_scale`` (> 1 slows the trace down, < 1 compresses it)."""
         if not (math.isfinite(time_scale) and time_scale > 0):
             raise QueryError(f"{self.name}: time_scale={time_scale} must be a positive finite number")
-        return Trace(self.name, self.arrival_ms * float(time_scale), self.input_tokens, self.output_tokens, self.row, self.source)
+        sessions = self.sessions
+        if sessions is not None:  # think times stretch with the arrivals
+            sessions = Sessions(sessions.session, sessions.turn, sessions.previous, sessions.delay_ms * float(time_scale))
+        return Trace(self.name, self.arrival_ms * float(time_scale), self.input_tokens, self.output_tokens, self.row, self.source, sessions)
 
     def window(self, max_duration_ms: float) -> Trace:
         """Requests arriving within ``max_duration_ms`` of the first arrival."""
         keep = self.arrival_ms - (self.arrival_ms[0] if len(self) else 0.0) <= float(max_duration_ms)
-        return Trace(self.name, self.arrival_ms[keep], self.input_tokens[keep], self.output_tokens[keep], self.row[keep], self.source)
+        return self._take(np.flatnonzero(keep))
 
 
 def request_bucket(n: int, minimum: int = 16) -> int:
@@ -295,9 +334,91 @@ def _read_jsonl_trace(path: Path, time_key: str) -> Trace:
 
 
 def read_mooncake_jsonl(path: str | os.PathLike) -> Trace:
-    """Mooncake trace: JSONL with ``timestamp`` (ms), ``input_length``, ``output_length`` (``hash_ids``
-    is read past: prefix caching is not modelled)."""
-    return _read_jsonl_trace(Path(path), "timestamp")
+    """Mooncake trace: JSONL with ``timestamp`` (ms), ``input_length``, ``output_length`` (``hash_ids`` is
+    read past here: :mod:`jaxsim.replay.prefix_cache` reads it). Rows with a ``session_id`` are the turns of
+    multi-turn sessions (:func:`read_sessions`)."""
+    path = Path(path)
+    trace = _read_jsonl_trace(path, "timestamp")
+    if not _mentions(path, (b'"session_id"', b'"turn"', b'"delay')):
+        return trace
+    sessions = read_sessions(path)
+    return trace if not np.any(sessions[0] != "") else _with_sessions(trace, sessions)
+
+
+def _mentions(path: Path, needles: tuple[bytes, ...]) -> bool:
+    """Whether the file holds any of ``needles`` (read in 1 MiB pieces that overlap by 64 bytes)."""
+    tail = b""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            piece = tail + chunk
+            if any(n in piece for n in needles):
+                return True
+            tail = piece[-64:]
+    return False
+
+
+SESSION_FIELDS = ("session_id", "turn", "delay", "delay_ms")
+"""A Mooncake row's session fields: ``session_id`` (a non-empty string), ``turn`` (optional, 1-based, in file
+order within the session) and the think time ``delay`` or ``delay_ms`` (optional, ms, >= 0; later turns only)."""
+
+
+def read_sessions(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per file row: session id ("" none), turn (0 none), file position of the previous turn (-1 none) and think
+    time (ms), from a Mooncake JSONL's session fields (:data:`SESSION_FIELDS`). A session's turns follow each
+    other in file order with non-decreasing timestamps; a ``turn`` must be the next of its session (a turn
+    whose previous turn no earlier row has is refused, naming the row)."""
+    path = Path(path)
+    rows = _read_jsonl(path)
+    session = np.full(len(rows), "", dtype=object)
+    turn = np.zeros(len(rows), np.int64)
+    previous = np.full(len(rows), -1, np.int64)
+    delay = np.zeros(len(rows), np.float64)
+    last: dict[str, tuple[int, int, float]] = {}  # session -> (position, turn, timestamp) of its latest turn
+    for k, (i, obj) in enumerate(rows):
+        where = f"{path}: row {i}"
+        sid = obj.get("session_id")
+        has_delay = [key for key in ("delay", "delay_ms") if obj.get(key) is not None]
+        if len(has_delay) > 1:
+            raise QueryError(f"{where}: both 'delay' and 'delay_ms' (one think time per turn)")
+        if sid is None:
+            if has_delay or obj.get("turn") is not None:
+                raise QueryError(f"{where}: {(has_delay or ['turn'])[0]!r} without a 'session_id'")
+            continue
+        if not isinstance(sid, str) or not sid:
+            raise QueryError(f"{where}: session_id={sid!r} must be a non-empty string")
+        prev = last.get(sid)
+        n = 1 if prev is None else prev[1] + 1
+        if obj.get("turn") is not None:
+            t = _FIELDS.integer(obj["turn"], where, "turn")
+            if t != n:
+                known = f"its latest earlier turn is {prev[1]}" if prev is not None else "no earlier row has it"
+                raise QueryError(f"{where}: session {sid!r} turn {t} refers to turn {t - 1}, but {known} (turns are 1, 2, ... in file order)")
+        ts = _FIELDS.number(obj.get("timestamp"), where, "timestamp") if obj.get("timestamp") is not None else 0.0
+        d = 0.0
+        if has_delay:
+            d = _FIELDS.number(obj[has_delay[0]], where, has_delay[0])
+            if not (math.isfinite(d) and d >= 0):
+                raise QueryError(f"{where}: {has_delay[0]}={obj[has_delay[0]]!r} must be a number of ms >= 0")
+            if prev is None and d > 0:
+                raise QueryError(f"{where}: {has_delay[0]}={d:g} on the first turn of session {sid!r} (a first turn is sent at its "
+                                 "timestamp; a think time follows a previous turn)")
+        if prev is not None and ts < prev[2]:
+            raise QueryError(f"{where}: session {sid!r} turn {n} has timestamp {ts:g}, before its turn {prev[1]}'s {prev[2]:g}")
+        session[k], turn[k], delay[k] = sid, n, d
+        previous[k] = -1 if prev is None else prev[0]
+        last[sid] = (k, n, ts)
+    return session, turn, previous, delay
+
+
+def _with_sessions(trace: Trace, cols) -> Trace:
+    """``trace`` (sorted by arrival) with its file rows' session columns, in its order."""
+    session, turn, previous, delay = cols
+    order = trace.row
+    position = np.empty(order.size, np.int64)
+    position[order] = np.arange(order.size)
+    prev = previous[order]
+    return Trace(trace.name, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source,
+                 Sessions(session[order], turn[order], np.where(prev >= 0, position[np.maximum(prev, 0)], -1), delay[order]))
 
 
 def read_plain_jsonl(path: str | os.PathLike) -> Trace:
@@ -372,7 +493,7 @@ def load_trace(
         raise QueryError(f"{path}: unknown trace format {kind!r} (one of {', '.join(FORMATS)})")
     trace = _READERS[kind](path)
     if key in _BUNDLED:
-        trace = Trace(key, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source)
+        trace = Trace(key, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source, trace.sessions)
     if len(trace) == 0:
         raise QueryError(f"{path}: the trace has no requests")
     if max_duration_ms is not None:

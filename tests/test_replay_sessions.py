@@ -1,0 +1,208 @@
+"""Multi-turn sessions (issue 26, Deliver 3): a later turn is sent when its previous turn completes plus its think
+time, on the replica that served the session. The session replay must equal an ordinary replay of the same
+requests sent at the times it decided (bit for bit); the trace format, the generator and the CLI refuse bad
+input in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import jaxsim._jax  # noqa: F401  (x64)
+from jaxsim.cli.main import app
+from jaxsim.deploy.binding import bind
+from jaxsim.errors import QueryError
+from jaxsim.replay import orchestrate as O
+from jaxsim.replay.deployment import config_from_binding
+from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, UNFINISHED
+from jaxsim.replay.prefix_cache import read_hash_ids
+from jaxsim.replay.session_traces import SessionShape, session_trace, write_session_jsonl
+from jaxsim.replay.sessions import run_sessions
+from jaxsim.replay.traces import Trace, load_trace, read_sessions
+from jaxsim.router import Router
+from jaxsim.rules.config import config_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "deployment_calibrated.toml"
+
+
+def _config(replicas: int = 1, router: str = "round_robin", **replace):
+    text = CONFIG.read_text().replace("replicas = 1", f"replicas = {replicas}")
+    cfg = config_from_dict(tomllib.loads(text), source="dep.toml", base_dir=CONFIG.parent)
+    return dataclasses.replace(config_from_binding(bind(cfg), name="dep"), router=Router(router), **replace)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    """Sessions that overlap: turns queue behind other sessions' prompts, so send times matter."""
+    shape = SessionShape(turns=3, new_input="uniform:300:2500", output="uniform:20:240", shared_prefix_ratio=0.25, prefix_groups=3,
+                         think_time_ms=350.0)
+    return session_trace(24, 6.0, shape, seed=5)
+
+
+def _session_run(c, trace):
+    stage = O._first_stage(c, 0, trace, O._max_passes(trace))
+    routed, results, _, decided = run_sessions(stage, trace.sessions, c.router, None, 0)
+    return O.StageRun(routed, results).columns(len(trace)), decided
+
+
+def _replay_of_send_times(c, trace, decided):
+    """The entered requests replayed the ordinary way, each sent at the time the session replay sent it, on the
+    replica it went to (ties in the order they entered their replica's engine)."""
+    q = np.flatnonzero(decided.entered)
+    q = q[np.lexsort((decided.engine_row[q], decided.sent_ms[q]))]
+    plain = Trace("sent", decided.sent_ms[q], trace.input_tokens[q], trace.output_tokens[q], np.arange(q.size))
+    stage = dataclasses.replace(O._first_stage(c, 0, plain, O._max_passes(trace)), assignment=decided.replica[q])
+    run = O.StageRun(stage)
+    O._run_stages([run], timeline_len=0, chunk=256)
+    return q, run.columns(q.size)
+
+
+@pytest.mark.parametrize("replicas,router", [(1, "round_robin"), (2, "round_robin"), (2, "least_loaded")])
+def test_a_session_replay_equals_a_replay_of_the_times_it_sent_each_turn(chat, replicas, router):
+    trace, _ = chat
+    c = _config(replicas, router)
+    cols, decided = _session_run(c, trace)
+    assert np.all(cols["terminal"] == DONE)
+    q, plain = _replay_of_send_times(c, trace, decided)
+    assert q.size == len(trace)
+    for name in ("first_token_ms", "second_token_ms", "last_token_ms", "sent_ms", "output_tokens", "preemptions", "admissions",
+                 "decode_rounds", "terminal"):
+        np.testing.assert_array_equal(cols[name][q], plain[name], err_msg=name)
+
+
+def test_a_later_turn_is_sent_its_think_time_after_the_previous_completes_on_the_same_replica(chat):
+    trace, _ = chat
+    (o,) = O.run_replays([_config(2)], trace, [0])
+    r, prev = o.requests, trace.sessions.previous
+    later = np.flatnonzero(prev >= 0)
+    np.testing.assert_array_equal(r["sent_ms"][later], r["last_token_ms"][prev[later]] + trace.sessions.delay_ms[later])
+    np.testing.assert_array_equal(r["replica"][later], r["replica"][prev[later]])
+    assert set(r["replica"][prev < 0]) == {0, 1}  # first turns: round-robin over sessions
+    assert o.summary["sessions"] == 24 and o.summary["unsent_turns"] == 0
+    assert list(r["turn"][:3]) == [1, 2, 3] and r["session"][0] == "s0"
+    # a longer think time only delays later turns
+    slower = dataclasses.replace(trace, sessions=dataclasses.replace(trace.sessions, delay_ms=trace.sessions.delay_ms * 4))
+    (o2,) = O.run_replays([_config(2)], slower, [0])
+    assert np.all(o2.requests["sent_ms"][later] > r["sent_ms"][later])
+    np.testing.assert_array_equal(o2.requests["sent_ms"][prev < 0], r["sent_ms"][prev < 0])
+
+
+def test_a_rejected_turn_ends_its_session(tmp_path):
+    c = _config()
+    too_long = int(c.aggregated.max_model_len) + 10
+    rows = [
+        {"timestamp": 0, "input_length": 500, "output_length": 20, "session_id": "a"},
+        {"timestamp": 0, "input_length": too_long, "output_length": 20, "session_id": "a", "delay_ms": 10},
+        {"timestamp": 0, "input_length": too_long + 600, "output_length": 20, "session_id": "a", "delay_ms": 10},
+        {"timestamp": 5, "input_length": 700, "output_length": 30, "session_id": "b"},
+        {"timestamp": 5, "input_length": 900, "output_length": 30, "session_id": "b", "delay_ms": 0},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (o,) = O.run_replays([c], load_trace(path), [0])
+    term = list(o.requests["terminal"])
+    assert term == [TERMINAL_NAMES[x] for x in (DONE, REJECTED, UNFINISHED, DONE, DONE)]
+    assert np.isnan(o.requests["sent_ms"][2]) and o.summary["unsent_turns"] == 1
+    assert o.requests["sent_ms"][1] == o.requests["last_token_ms"][0] + 10
+    assert o.requests["sent_ms"][4] == o.requests["last_token_ms"][3]
+
+
+def test_the_generator_grows_each_prompt_by_the_conversation_and_shares_system_prompts(chat, tmp_path):
+    trace, hashes = chat
+    ses = trace.sessions
+    later = np.flatnonzero(ses.previous >= 0)
+    prev = ses.previous[later]
+    grown = trace.input_tokens[later] - trace.input_tokens[prev] - trace.output_tokens[prev]
+    assert np.all((grown >= 300) & (grown <= 2500))
+    for q, p in zip(later, prev):  # turn k repeats turn k-1's full prompt blocks
+        full = int(trace.input_tokens[p]) // 512
+        assert hashes[q][:full] == hashes[p][:full] and len(hashes[q]) == -(-int(trace.input_tokens[q]) // 512)
+    path = tmp_path / "chat.jsonl"
+    write_session_jsonl(trace, hashes, path)
+    assert len(read_hash_ids(path, 512)) == len(trace)  # one id per started 512-token block, every row
+    back = load_trace(path)
+    np.testing.assert_array_equal(back.sessions.previous, ses.previous)
+    np.testing.assert_array_equal(back.sessions.delay_ms, ses.delay_ms)
+    np.testing.assert_array_equal(back.input_tokens, trace.input_tokens)
+    # a system prompt shared within a group: mean new input ~1400 x 0.25 = ~350 tokens < one 512-token block here;
+    # with a longer one, first turns of a group share their leading ids
+    shape = SessionShape(turns=2, new_input="fixed:4096", output="fixed:16", shared_prefix_ratio=0.5, prefix_groups=2)
+    t2, h2 = session_trace(8, 1.0, shape, seed=0)
+    firsts = np.flatnonzero(t2.sessions.previous < 0)
+    heads = {tuple(h2[q][:4]) for q in firsts}
+    assert len(heads) == 2 and all(len(h) == 4 for h in heads)
+
+
+def test_trace_cuts_keep_whole_conversations_so_far(chat):
+    trace, _ = chat
+    head = trace.head(10)
+    assert np.all(head.sessions.previous < np.arange(10))
+    np.testing.assert_array_equal(head.sessions.previous, trace.sessions.previous[:10])
+    scaled = trace.scaled(2.0)
+    np.testing.assert_array_equal(scaled.sessions.delay_ms, trace.sessions.delay_ms * 2.0)
+
+
+@pytest.mark.parametrize("rows,needle", [
+    ([{"session_id": "a", "turn": 1}, {"session_id": "a", "turn": 3}], "row 2: session 'a' turn 3 refers to turn 2"),
+    ([{"session_id": "a", "turn": 2}], "row 1: session 'a' turn 2 refers to turn 1, but no earlier row has it"),
+    ([{"session_id": "a", "delay_ms": 5}], "row 1: delay_ms=5 on the first turn of session 'a'"),
+    ([{"session_id": "a"}, {"session_id": "a", "delay": -1}], "row 2: delay=-1 must be a number of ms >= 0"),
+    ([{"session_id": 7}], "row 1: session_id=7 must be a non-empty string"),
+    ([{"delay_ms": 3}], "row 1: 'delay_ms' without a 'session_id'"),
+    ([{"session_id": "a"}, {"session_id": "a", "delay": 1, "delay_ms": 1}], "row 2: both 'delay' and 'delay_ms'"),
+    ([{"session_id": "a", "timestamp": 9}, {"session_id": "a", "timestamp": 3}], "row 2: session 'a' turn 2 has timestamp 3, before"),
+])
+def test_bad_session_rows_are_refused_naming_the_row(tmp_path, rows, needle):
+    path = tmp_path / "bad.jsonl"
+    base = {"timestamp": 0, "input_length": 100, "output_length": 10}
+    path.write_text("".join(json.dumps(base | r) + "\n" for r in rows))
+    with pytest.raises(QueryError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        read_sessions(path)
+    r = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(path), "--output", str(tmp_path / "o.parquet"), "--no-progress"])
+    assert r.exit_code == 2 and needle in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_cli_writes_sessions_and_replays_them(tmp_path):
+    chat = tmp_path / "chat.jsonl"
+    r = CliRunner().invoke(app, ["trace", "sessions", "--sessions", "6", "--rate", "2", "--turns", "3", "--new-input", "uniform:200:900",
+                                 "--osl", "uniform:20:80", "--think-time-ms", "250", "--output", str(chat)])
+    assert r.exit_code == 0, r.output
+    assert "6 sessions x 3 turns = 18 requests" in r.output
+    out = tmp_path / "o.parquet"
+    r = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(chat), "--output", str(out), "--no-progress", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])["replays"][0]
+    assert summary["sessions"] == 6 and summary["unsent_turns"] == 0
+    t = pq.read_table(out)
+    assert t.column("turn").to_pylist()[:3] == [1, 2, 3] and set(t.column("session").to_pylist()) == {f"s{i}" for i in range(6)}
+    # the same file again is not overwritten without --force
+    r = CliRunner().invoke(app, ["trace", "sessions", "--output", str(chat)])
+    assert r.exit_code == 2
+    # sessions with a closed loop, or a bad shape: one line, exit 2
+    r = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(chat), "--output", str(tmp_path / "c.parquet"), "--no-progress",
+                                 "--max-concurrency", "4"])
+    assert r.exit_code == 2 and "multi-turn sessions with a closed loop" in r.output and len(r.output.strip().splitlines()) == 1
+    r = CliRunner().invoke(app, ["trace", "sessions", "--shared-prefix-ratio", "0.3", "--output", str(tmp_path / "x.jsonl")])
+    assert r.exit_code == 2 and "needs prefix_groups >= 1" in r.output
+
+
+@pytest.mark.slow
+def test_cli_sessions_in_a_real_process(tmp_path):
+    chat = tmp_path / "chat.jsonl"
+    p = subprocess.run([sys.executable, "-m", "jaxsim", "trace", "sessions", "--sessions", "3", "--turns", "2", "--output", str(chat)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "jaxsim", "replay", str(CONFIG), "--trace", str(chat), "--output", str(tmp_path / "o.parquet"),
+                        "--no-progress"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "completed" in p.stdout
