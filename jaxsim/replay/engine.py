@@ -1024,6 +1024,41 @@ def advance_until_stack(
     return jax.lax.while_loop(lambda s: jnp.any(going(p, consts, s, stop_ms, limit)), body, s)
 
 
+def insert_request_stack(
+    s: EngineState, consts: ReplayConstants, rq: Requests, replica: Int64[Array, ""], row: Int64[Array, ""], sent_ms: Float64[Array, ""],
+    prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""],
+) -> tuple[EngineState, ReplayConstants, Requests]:
+    """A stack of replays (:func:`start_stack` of empty traces) with request (``prompt_tokens``, ``output_tokens``)
+    sent at ``sent_ms`` as replica ``replica``'s engine row ``row``: the next row after its accepted ones, laid out as
+    the engine's start lays out an accepted request of an open loop (its output capped by the context limit). Rows
+    must be added in send order; a replica that had completed runs again. Engines driven from the host one event at
+    a time use it (a router in the loop: :mod:`jaxsim.replay.online`; sessions: :mod:`jaxsim.replay.sessions`)."""
+    w, r = replica, row
+    one = lambda x, dtype: jnp.full((1,), x, dtype)  # noqa: E731  (a one-row RequestState)
+    zero, nan, no = one(0, jnp.int64), one(jnp.nan, jnp.float64), one(False, bool)
+    new = RequestState.pack(
+        prompt_tokens=one(prompt_tokens, jnp.int64),
+        output_tokens=one(jnp.minimum(output_tokens, jnp.maximum(max_model_len - prompt_tokens, 0)), jnp.int64),
+        generated=zero, computed=zero, allocated_blocks=zero, decode_rounds=zero, preemptions=zero, admissions=zero,
+        materialized=no, done=no, recomputing=no, first_token_ms=nan, second_token_ms=nan, last_token_ms=nan,
+        token_gap_sq_ms2=one(0.0, jnp.float64),
+    )
+    status = s.status.at[w].set(jnp.where(s.status[w] == COMPLETED, RUNNING, s.status[w]).astype(s.status.dtype))
+    s = eqx.tree_at(lambda x: (x.sent_ms, x.requests.counts, x.requests.times, x.status), s,
+                    (s.sent_ms.at[w, r].set(sent_ms), s.requests.counts.at[w, r].set(new.counts[0]),
+                     s.requests.times.at[w, r].set(new.times[0]), status))
+    consts = eqx.tree_at(
+        lambda c: (c.arrival_sorted_ms, c.num_accepted, c.accepted), consts,
+        (consts.arrival_sorted_ms.at[w, r].set(sent_ms), consts.num_accepted.at[w].set(r + 1), consts.accepted.at[w, r].set(True)),
+    )
+    rq = eqx.tree_at(
+        lambda q: (q.arrival_ms, q.input_tokens, q.output_tokens, q.valid), rq,
+        (rq.arrival_ms.at[w, r].set(sent_ms), rq.input_tokens.at[w, r].set(prompt_tokens), rq.output_tokens.at[w, r].set(output_tokens),
+         rq.valid.at[w, r].set(True)),
+    )
+    return s, consts, rq
+
+
 def finish_stack(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResult:
     """Per-request results of a stack of finished replays."""
     ensure_x64()

@@ -18,7 +18,9 @@ from jaxsim.replay.engine import (
     EngineState,
     ReplayConstants,
     advance_stack,
+    advance_until_stack,
     finish_stack,
+    insert_request_stack,
     param_axes,
     replay_stack,
     start_stack,
@@ -77,7 +79,12 @@ class Executable:
     function: Callable
 
 
+advance_until_many = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table"))
+insert_many = jit_x64(insert_request_stack)
+
 START = Executable("replay-start", start_many)
+ADVANCE_UNTIL = Executable("replay-advance-until", advance_until_many)
+INSERT = Executable("replay-insert", insert_many)
 ADVANCE = Executable("replay-advance", advance_many)
 ADVANCE_SPLIT = Executable("replay-advance-split", advance_split_many)
 FINISH = Executable("replay-finish", finish_many)

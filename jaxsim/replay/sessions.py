@@ -20,37 +20,20 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import replace
-from functools import partial
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim._jax import ensure_x64
 from jaxsim.kernels.capacity import blocks_for
-from jaxsim.replay.engine import (
-    REJECTED,
-    UNFINISHED,
-    ReplayResult,
-    Requests,
-    advance_until_stack,
-    finish_stack,
-    is_stochastic,
-    slot_bucket,
-    start_stack,
-)
-from jaxsim.replay.online import _add_request, _host, _stacked
+from jaxsim.replay.engine import REJECTED, UNFINISHED, ReplayResult
+from jaxsim.replay.inloop import EngineLoop
 from jaxsim.replay.routing import ReplicaView, RoutingSummary, choose
-from jaxsim.replay.traces import Sessions, request_bucket
+from jaxsim.replay.traces import Sessions
 from jaxsim.router import Router
 
 __all__ = ["SessionRun", "run_sessions"]
-
-_advance_until = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table"))
-_start = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
-_finish = jit_x64(finish_stack)
-
 
 class SessionRun(eqx.Module):
     """What the loop decided, per request of the stage (trace order): its replica, its send time (nan: never
@@ -69,7 +52,7 @@ def run_sessions(stage, sessions: Sessions, router: Router, keys: list[np.ndarra
     requests in trace order, a :class:`RoutingSummary` when a state router routed several replicas, else None,
     the :class:`SessionRun`). ``keys``: each prompt's full-block keys, for the KV router (None: none)."""
     ensure_x64()
-    loop = _Loop(stage, sessions, router, keys, timeline_len)
+    loop = _Loop(stage, sessions, router, keys, timeline_len, timings)
     firsts = np.flatnonzero(sessions.previous < 0)  # in arrival order
     i = 0
     while True:
@@ -87,23 +70,15 @@ def run_sessions(stage, sessions: Sessions, router: Router, keys: list[np.ndarra
 
 
 class _Loop:
-    """The engines of a pool's replicas (stacked, on the host between calls) and what the loop has decided."""
+    """The engines of a pool's replicas (:class:`~jaxsim.replay.inloop.EngineLoop`) and what the loop has decided."""
 
-    def __init__(self, stage, sessions: Sessions, router: Router, keys, timeline_len: int):
+    def __init__(self, stage, sessions: Sessions, router: Router, keys, timeline_len: int, timings: dict | None):
         pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
         self.stage, self.sessions, self.router, self.keys, self.reps = stage, sessions, router, keys, reps
-        size = request_bucket(max(n, 1))
-        one = pool.params(stage.nextn, stage.accept_rates, stage.max_passes, 0)
-        self.params = jax.device_put(eqx.tree_at(lambda q: q.table, _stacked(one, reps), one.table))
-        key = jax.random.fold_in(jax.random.PRNGKey(int(stage.seed)), stage.stream)
-        self.prng = np.stack([np.asarray(jax.random.fold_in(key, r)) for r in range(reps)])
-        stochastic = is_stochastic(np.asarray(stage.accept_rates)[: stage.nextn])
-        empty = Requests(arrival_ms=jnp.full(size, jnp.inf), input_tokens=jnp.ones(size, jnp.int64),
-                         output_tokens=jnp.ones(size, jnp.int64), valid=jnp.zeros(size, bool), materialized=jnp.zeros(size, bool))
-        self.rq = _stacked(empty, reps)
-        self.s, self.consts = _host(_start(self.params, self.rq, slots=slot_bucket(pool.max_num_seqs), timeline_len=int(timeline_len),
-                                           shared_table=True))
-        self.run = partial(_advance_until, stochastic=bool(stochastic), shared_table=True)
+        self.engines = EngineLoop(stage, timeline_len, timings)
+        size = self.engines.size
+        self.num_done = np.zeros(reps, np.int64)
+        self.snap = None
         self.prompt = np.asarray(stage.input_tokens, np.int64)
         self.output = np.asarray(stage.output_tokens, np.int64)
         self.blocks = blocks_for(self.prompt, pool.block_size)
@@ -127,7 +102,8 @@ class _Loop:
         """Run every replica up to its stop (the next first turn's arrival, or its next due turn if earlier), or until
         it completes a request; the stops."""
         stops = np.array([min(t_first, p[0][0]) if p else t_first for p in self.pending])
-        self.s = _host(self.run(self.params, self.consts, self.prng, self.s, stops, np.asarray(self.s.num_done).copy()))
+        self.snap = self.engines.advance(stops, self.num_done)
+        self.num_done = self.snap.num_done.copy()
         return stops
 
     def completions(self) -> bool:
@@ -135,13 +111,13 @@ class _Loop:
         any_new = False
         for w in range(self.reps):
             m = int(self.rows[w])
-            new = np.flatnonzero(np.asarray(self.s.requests.done[w, :m]) & ~self.seen_done[w, :m])
+            new = np.flatnonzero(self.snap.done[w, :m] & ~self.seen_done[w, :m])
             self.seen_done[w, new] = True
             for row in new:
                 any_new = True
                 nxt = int(self.following[int(self.row_request[w, row])])
                 if nxt >= 0:
-                    due = float(self.s.requests.last_token_ms[w, row]) + float(self.sessions.delay_ms[nxt])
+                    due = float(self.snap.last_token_ms[w, row]) + float(self.sessions.delay_ms[nxt])
                     heapq.heappush(self.pending[w], (due, self.order, nxt))
                     self.order += 1
         return any_new
@@ -166,7 +142,7 @@ class _Loop:
         self.overlap_tokens += hit * self.stage.pool.block_size
         if self.fits[q]:
             row = int(self.rows[w])
-            _add_request(self.s, self.consts, self.rq, w, row, t, int(self.prompt[q]), int(self.output[q]), self.stage.pool.max_model_len)
+            self.engines.insert(w, row, t, int(self.prompt[q]), int(self.output[q]))
             d.entered[q], d.engine_row[q], self.row_request[w, row] = True, row, q
             self.rows[w] += 1
 
@@ -181,8 +157,8 @@ class _Loop:
             engine = [where[int(self.row_request[w, r])] for r in range(m)]
             first = np.full(len(v.sent), np.nan)
             done_ms = np.full(len(v.sent), np.nan)
-            first[engine] = self.s.requests.first_token_ms[w, :m]
-            done_ms[engine] = np.where(self.s.requests.done[w, :m], self.s.requests.last_token_ms[w, :m], np.nan)
+            first[engine] = self.snap.first_token_ms[w, :m]
+            done_ms[engine] = np.where(self.snap.done[w, :m], self.snap.last_token_ms[w, :m], np.nan)
             v.update(t, first, done_ms)
         w, _ = choose(self.router, self.views, q, t, self._keys(q), int(self.blocks[q]))
         return int(w)
@@ -192,7 +168,7 @@ class _Loop:
         d, prev = self.decided, self.sessions.previous
         for q in np.flatnonzero(d.replica < 0):  # later turns of sessions that ended early: their session's replica
             d.replica[q] = d.replica[_first_turn(prev, int(q))]
-        res = _host(_finish(self.rq, self.s, self.consts))
+        res = self.engines.finish()
         if timings is not None:
             timings["passes"] = timings.get("passes", 0) + int(np.sum(res.num_passes))
             timings["loop_steps"] = timings.get("loop_steps", 0) + int(np.sum(res.num_steps))

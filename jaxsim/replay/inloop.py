@@ -1,0 +1,129 @@
+"""A pool's replica engines driven from the host one event at a time (a router in the loop, multi-turn sessions).
+
+The replicas' engines are one stack of replays that starts empty (:func:`~jaxsim.replay.engine.start_stack`);
+the host runs them up to an event (:func:`~jaxsim.replay.engine.advance_until_stack`: before the first pass
+that would start at or after a time, or right after a pass that completes a request), reads what it needs,
+decides, and adds each request as its replica's next engine row
+(:func:`~jaxsim.replay.engine.insert_request_stack`). The state stays on the device between calls; the host
+reads only the per-request times and flags it decides from. Every call goes through an executable compiled
+once per shape bucket and kept in the on-disk executable cache (:mod:`jaxsim.replay.executables`).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float64, Int32, Int64
+
+from jaxsim._jax import ensure_x64
+from jaxsim.replay import executables as X
+from jaxsim.replay.engine import SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
+from jaxsim.replay.runner import FIRST_SLOTS
+from jaxsim.replay.traces import request_bucket
+
+__all__ = ["EngineLoop", "Snapshot"]
+
+NO_LIMIT = np.iinfo(np.int64).max
+
+
+class Snapshot(eqx.Module):
+    """What the host reads after a call, per replica (axis 0) and engine row (axis 1, rows in use first)."""
+
+    status: Int32[Array, " R"] | np.ndarray
+    num_done: Int64[Array, " R"] | np.ndarray
+    done: Bool[Array, "R N"] | np.ndarray
+    first_token_ms: Float64[Array, "R N"] | np.ndarray
+    last_token_ms: Float64[Array, "R N"] | np.ndarray
+
+
+def _snapshot(s) -> Snapshot:
+    r = s.requests
+    return Snapshot(status=s.status, num_done=s.num_done, done=r.done, first_token_ms=r.first_token_ms, last_token_ms=r.last_token_ms)
+
+
+_SNAPSHOT = jax.jit(_snapshot)
+
+
+class EngineLoop:
+    """The engines of a stage's pool (one per replica, each with room for every request of the stage). They start
+    with :data:`~jaxsim.replay.runner.FIRST_SLOTS` running-list slots and double them when a replica fills them
+    (``SLOTS_FULL``: that pass is not applied, so going on at the larger capacity is the replay run at it from the
+    start), up to the pool's max_num_seqs bucket: a pass costs about 0.1 us per slot."""
+
+    def __init__(self, stage, timeline_len: int, timings: dict | None = None):
+        ensure_x64()
+        pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
+        self.reps, self.size, self.max_model_len, self.timings = reps, request_bucket(max(n, 1)), int(pool.max_model_len), timings
+        one = pool.params(stage.nextn, stage.accept_rates, stage.max_passes, 0)
+        stacked = jax.tree.map(lambda a: np.stack([np.asarray(a)] * reps), one)
+        self.params = jax.device_put(eqx.tree_at(lambda q: q.table, stacked, one.table))  # one table for all replicas
+        key = jax.random.fold_in(jax.random.PRNGKey(int(stage.seed)), stage.stream)
+        self.prng = jax.device_put(np.stack([np.asarray(jax.random.fold_in(key, r)) for r in range(reps)]))
+        empty = Requests(arrival_ms=jnp.full(self.size, jnp.inf), input_tokens=jnp.ones(self.size, jnp.int64),
+                         output_tokens=jnp.ones(self.size, jnp.int64), valid=jnp.zeros(self.size, bool),
+                         materialized=jnp.zeros(self.size, bool))
+        self.rq = jax.tree.map(lambda a: jnp.stack([a] * reps), empty)
+        self.top = slot_bucket(pool.max_num_seqs)
+        self.slots = min(FIRST_SLOTS, self.top)
+        self.timeline_len = int(timeline_len)
+        self.stochastic = is_stochastic(np.asarray(stage.accept_rates)[: stage.nextn])
+        start = X.Call(X.START, (self.params, self.rq), self._start_statics(self.slots))
+        s_abs, c_abs = widen_stack(*self._shapes(self.slots), 0)
+        finish = X.Call(X.FINISH, (self.rq, s_abs, c_abs))
+        self.exe = dict(zip(("start", "finish"), self._compile([start, finish])))
+        self.exe.update(self._capacity(self.slots))
+        self.s, self.consts = self.exe["start"](self.params, self.rq)
+        self.view = None
+
+    def _start_statics(self, slots: int) -> dict:
+        return dict(slots=slots, timeline_len=self.timeline_len, shared_table=True)
+
+    def _shapes(self, slots: int):
+        return jax.eval_shape(lambda p, r: start_stack(p, r, **self._start_statics(slots)), self.params, self.rq)
+
+    def _compile(self, calls: list) -> list:
+        X.compile_calls(calls, self.timings)
+        return [X.executable(c) for c in calls]  # looked up once: a key hashes every argument
+
+    def _capacity(self, slots: int) -> dict:
+        """The advance and insert executables at ``slots`` running-list slots."""
+        s_abs, c_abs = self._shapes(slots)
+        stop = (jax.ShapeDtypeStruct((self.reps,), jnp.float64), jax.ShapeDtypeStruct((self.reps,), jnp.int64))
+        scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)  # noqa: E731
+        advance = X.Call(X.ADVANCE_UNTIL, (self.params, c_abs, self.prng, s_abs, *stop),
+                         dict(stochastic=self.stochastic, shared_table=True))
+        insert = X.Call(X.INSERT, (s_abs, c_abs, jax.eval_shape(lambda r: r, self.rq), scalar(jnp.int64), scalar(jnp.int64),
+                                   scalar(jnp.float64), scalar(jnp.int64), scalar(jnp.int64), scalar(jnp.int64)))
+        return dict(zip(("advance", "insert"), self._compile([advance, insert])))
+
+    def advance(self, stop_ms: np.ndarray, stop_done: np.ndarray | None = None) -> Snapshot:
+        """Run each replica while it is active and its next pass starts before its ``stop_ms`` (and, with ``stop_done``,
+        until a pass takes its completed requests above it); what the host reads then."""
+        done = np.full(self.reps, NO_LIMIT, np.int64) if stop_done is None else np.asarray(stop_done, np.int64)
+        stop = np.asarray(stop_ms, np.float64)
+        while True:
+            self.s = self.exe["advance"](self.params, self.consts, self.prng, self.s, stop, done)
+            self.view = jax.tree.map(np.asarray, _SNAPSHOT(self.s))
+            if not np.any(self.view.status == SLOTS_FULL):
+                return self.view
+            self._widen(min(2 * self.slots, self.top))
+
+    def _widen(self, slots: int) -> None:
+        s, consts = widen_stack(jax.device_get(self.s), jax.device_get(self.consts), slots)
+        self.slots = slots
+        self.exe.update(self._capacity(slots))
+        self.s, self.consts = jax.device_put(s), jax.device_put(consts)
+
+    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int) -> None:
+        """Request (``prompt_tokens``, ``output_tokens``) sent at ``sent_ms`` becomes replica ``replica``'s engine row ``row``."""
+        self.s, self.consts, self.rq = self.exe["insert"](
+            self.s, self.consts, self.rq, np.int64(replica), np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),
+            np.int64(output_tokens), np.int64(self.max_model_len))
+
+    def finish(self) -> ReplayResult:
+        """Per-replica results over their engine rows (host arrays, replica on axis 0)."""
+        s, consts = widen_stack(jax.device_get(self.s), jax.device_get(self.consts), 0)
+        res = self.exe["finish"](self.rq, s, consts)
+        return jax.tree.map(np.asarray, jax.device_get(res))
