@@ -80,6 +80,19 @@ def test_a_session_replay_equals_a_replay_of_the_times_it_sent_each_turn(chat, r
         np.testing.assert_array_equal(cols[name][q], plain[name], err_msg=name)
 
 
+def test_sessions_beyond_the_first_slot_capacity_replay_as_the_ordinary_engine():
+    """40 sessions start at once on one replica: more requests in flight than the loop's first 16 slots, so the
+    engines widen their running lists mid-replay (SLOTS_FULL) and must still equal the ordinary replay."""
+    shape = SessionShape(turns=2, new_input="uniform:100:600", output="uniform:30:90", think_time_ms=5.0)
+    trace, _ = session_trace(40, 1e6, shape, seed=2)
+    c = _config()
+    cols, decided = _session_run(c, trace)
+    assert np.all(cols["terminal"] == DONE)
+    q, plain = _replay_of_send_times(c, trace, decided)
+    for name in ("first_token_ms", "last_token_ms", "sent_ms", "preemptions", "admissions"):
+        np.testing.assert_array_equal(cols[name][q], plain[name], err_msg=name)
+
+
 def test_a_later_turn_is_sent_its_think_time_after_the_previous_completes_on_the_same_replica(chat):
     trace, _ = chat
     (o,) = O.run_replays([_config(2)], trace, [0])
