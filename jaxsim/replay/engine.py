@@ -722,8 +722,9 @@ def _bursts(p: EngineParams, key, stochastic: bool, passes, requests, remaining)
 # phase 6: commit the pass
 
 
-def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: PassRecord) -> EngineState:
-    """The state after the pass: request rows, running list, stack, clock, status and timeline. A pass
+def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: PassRecord, closed_loop: bool = True) -> EngineState:
+    """The state after the pass: request rows, running list, stack, clock, status and timeline (and, with the
+    static ``closed_loop``, the send times a closed loop's completions release: :func:`_release_slots`). A pass
     that found its slots full (``SLOTS_FULL``) or a replay already inactive changes nothing but the
     status, so a batch of replays shares one loop without selecting whole states (the per-request
     arrays are only touched by scatters)."""
@@ -742,7 +743,8 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     small["status"] = jnp.where(active & record.admission.slots_full, SLOTS_FULL, small["status"]).astype(jnp.int32)
     return EngineState(
         requests=_write_requests(s, record, applied), timeline=_write_timeline(consts, s, record, num_running, applied),
-        sent_ms=_release_slots(p, consts, s, jnp.sum(record.emission.done), cost.end_ms, applied), steps=s.steps, **small,
+        sent_ms=_release_slots(p, consts, s, jnp.sum(record.emission.done), cost.end_ms, applied) if closed_loop else s.sent_ms,
+        steps=s.steps, **small,
     )
 
 
@@ -753,7 +755,11 @@ def _release_slots(
     """Closed loop (``max_concurrency`` C > 0, vLLM's ``asyncio.Semaphore(C)``, FIFO wake-ups): the k-th
     completion (0-based, in time order) releases the slot that row ``k + C`` acquires, so that row is
     sent at ``max(its arrival, end_ms)``; rows [0, C) are sent at their arrival (:func:`_start`). Send
-    times stay non-decreasing in row order. Open loop: nothing is written."""
+    times stay non-decreasing in row order. Open loop: nothing is written.
+
+    Any write into the send times (a row per request) makes XLA copy the whole array twice per loop step, so
+    a step's cost grows with the trace's length: a stack of open loops (static ``closed_loop`` False in
+    :func:`commit`) leaves them untouched."""
     slot = jnp.arange(s.running.shape[0])
     row = s.num_done + p.max_concurrency + slot
     acquire = applied & (p.max_concurrency > 0) & (slot < completions) & (row < consts.num_accepted)
@@ -834,11 +840,12 @@ def _write_timeline(consts: ReplayConstants, s: EngineState, record: PassRecord,
 
 def engine_pass(
     p: EngineParams, consts: ReplayConstants, key: jax.Array, stochastic: bool, s: EngineState,
-    axis_name: str | None = None,
+    axis_name: str | None = None, closed_loop: bool = True,
 ) -> EngineState:
     """One scheduler pass, as named phases (the specification: ``oracle_replay`` in
     ``tests/replay_support.py``); a no-op once the replay is inactive. ``axis_name``: the vmapped batch
-    axis, when the pass runs vmapped over replays (a phase no replay of the batch needs is skipped)."""
+    axis, when the pass runs vmapped over replays (a phase no replay of the batch needs is skipped). Static
+    ``closed_loop`` False: every replay is an open loop (``max_concurrency`` 0; its send times never change)."""
     now_ms = _clock(consts, s)
     running = schedule_running(p, s, axis_name)
     admission = admit(p, consts, s, now_ms, running)
@@ -846,7 +853,7 @@ def engine_pass(
     reservation = reserve(p, batch, running, admission, axis_name)
     cost = price(p, now_ms, s.passes, batch, reservation)
     emission = emit(p, key, stochastic, s.passes, batch, reservation, cost)
-    return commit(p, consts, s, PassRecord(now_ms, running, admission, batch, reservation, cost, emission))
+    return commit(p, consts, s, PassRecord(now_ms, running, admission, batch, reservation, cost, emission), closed_loop)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -923,7 +930,7 @@ def _finish(rq: Requests, s: EngineState, consts: ReplayConstants) -> ReplayResu
 
 def replay(
     p: EngineParams, rq: Requests, key: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
-    lookahead: int | None = None,
+    lookahead: int | None = None, closed_loop: bool = True,
 ) -> ReplayResult:
     """Replay one trace on one worker configuration (pure; see :func:`replay_stack` for many at once).
 
@@ -931,13 +938,14 @@ def replay(
     ``SLOTS_FULL``, which :mod:`jaxsim.replay.runner` continues at a larger capacity); ``stochastic=False`` is allowed when every acceptance
     rate is 0 or 1 (bursts are then certain and no random numbers are drawn); ``timeline_len`` keeps
     that many passes of per-pass records (0: none); ``lookahead``: the longest decode stretch a loop
-    step advances (:mod:`jaxsim.replay.stretch`; None: its default; 0: pass by pass).
+    step advances (:mod:`jaxsim.replay.stretch`; None: its default; 0: pass by pass); ``closed_loop=False``
+    is allowed when ``max_concurrency`` is 0 (no send time changes: a faster loop on long traces).
     """
     from jaxsim.replay.stretch import engine_step, lookahead_or_default
 
     ensure_x64()
     s0, consts = _start(p, rq, slots, timeline_len)
-    body = partial(engine_step, p, consts, key, bool(stochastic), lookahead_or_default(lookahead))
+    body = partial(engine_step, p, consts, key, bool(stochastic), lookahead_or_default(lookahead), closed_loop=bool(closed_loop))
     s = jax.lax.while_loop(partial(_active, p), body, s0)
     return _finish(rq, s, consts)
 
@@ -969,7 +977,7 @@ _BATCH = "replays"
 
 def advance_stack(
     p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, max_steps=None, *,
-    stochastic: bool = True, shared_table: bool = False, lookahead: int | None = None,
+    stochastic: bool = True, shared_table: bool = False, lookahead: int | None = None, closed_loop: bool = True,
 ) -> EngineState:
     """Run a stack of replays until none is active (finished, stopped, or out of slots: ``SLOTS_FULL``).
     One loop runs while any item is active, over the vmapped pass (a vmapped ``while_loop`` would select
@@ -984,7 +992,8 @@ def advance_stack(
     ax = param_axes(p, shared_table)
     ahead = lookahead_or_default(lookahead)
     step = jax.vmap(
-        lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), ahead, s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH
+        lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), ahead, s, _BATCH, bool(closed_loop)), in_axes=(ax, 0, 0, 0),
+        axis_name=_BATCH,
     )
 
     def cond(s):
@@ -999,7 +1008,7 @@ def advance_stack(
 
 def advance_until_stack(
     p: EngineParams, consts: ReplayConstants, keys: jax.Array, s: EngineState, stop_ms: Float64[Array, " B"],
-    stop_done: Int64[Array, " B"] | None = None, *, stochastic: bool = True, shared_table: bool = False,
+    stop_done: Int64[Array, " B"] | None = None, *, stochastic: bool = True, shared_table: bool = False, closed_loop: bool = True,
 ) -> EngineState:
     """Run a stack of replays pass by pass (no decode stretch), each only while it is active and its next
     pass would start before its ``stop_ms``: a pass that starts at or after a request's arrival would see it,
@@ -1011,7 +1020,8 @@ def advance_until_stack(
 
     ensure_x64()
     ax = param_axes(p, shared_table)
-    step = jax.vmap(lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), 0, s, _BATCH), in_axes=(ax, 0, 0, 0), axis_name=_BATCH)
+    step = jax.vmap(lambda pp, c, k, s: engine_step(pp, c, k, bool(stochastic), 0, s, _BATCH, bool(closed_loop)), in_axes=(ax, 0, 0, 0),
+                    axis_name=_BATCH)
     limit = jnp.full_like(s.num_done, jnp.iinfo(jnp.int64).max) if stop_done is None else stop_done
     going = jax.vmap(lambda pp, c, s, stop, done: _active(pp, s) & (_clock(c, s) < stop) & (s.num_done <= done),
                      in_axes=(ax, 0, 0, 0, 0))
@@ -1093,18 +1103,19 @@ def widen_stack(s: EngineState, consts: ReplayConstants, slots: int) -> tuple[En
 
 def replay_stack(
     p: EngineParams, rq: Requests, keys: jax.Array, *, slots: int, stochastic: bool = True, timeline_len: int = 0,
-    shared_table: bool = False, lookahead: int | None = None,
+    shared_table: bool = False, lookahead: int | None = None, closed_loop: bool = True,
 ) -> ReplayResult:
     """Replays of a stack of (configuration, trace, key) items (leading axis of every argument), equal
     item by item to :func:`replay`.
 
     ``shared_table``: ``p.table`` has no leading axis and serves every item."""
     s0, consts = start_stack(p, rq, slots=slots, timeline_len=timeline_len, shared_table=shared_table)
-    s = advance_stack(p, consts, keys, s0, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead)
+    s = advance_stack(p, consts, keys, s0, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead,
+                      closed_loop=closed_loop)
     return finish_stack(rq, s, consts)
 
 
-replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len", "lookahead"))
+replay_jit = jit_x64(replay, static_argnames=("slots", "stochastic", "timeline_len", "lookahead", "closed_loop"))
 
 
 def make_params(

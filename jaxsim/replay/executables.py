@@ -26,18 +26,18 @@ from jaxsim.replay.engine import (
     start_stack,
 )
 
-replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table", "lookahead"))
+replay_many = jit_x64(replay_stack, static_argnames=("slots", "stochastic", "timeline_len", "shared_table", "lookahead", "closed_loop"))
 replay_many.__doc__ = """Replay a stack of (configuration, trace, PRNG key) items (leading axis of every argument).
 
 Result arrays carry the same leading axis; item ``i`` equals ``replay(p[i], rq[i], keys[i])``."""
 start_many = jit_x64(start_stack, static_argnames=("slots", "timeline_len", "shared_table"))
-advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table", "lookahead"))
+advance_many = jit_x64(advance_stack, static_argnames=("stochastic", "shared_table", "lookahead", "closed_loop"))
 finish_many = jit_x64(finish_stack)
 
 
 def advance_split(
     p: EngineParams, consts: ReplayConstants, keys, s: EngineState, max_steps=None, *, stochastic: bool, shared_table: bool,
-    lookahead: int | None = None,
+    lookahead: int | None = None, closed_loop: bool = True,
 ) -> EngineState:
     """:func:`~jaxsim.replay.engine.advance_stack` with the items split over the local devices, each
     device running its own loop over its own items (no cross-device step per pass)."""
@@ -45,18 +45,20 @@ def advance_split(
     p_spec = jax.tree.map(lambda a: P() if a is None else items, param_axes(p, shared_table), is_leaf=lambda a: a is None)
     if max_steps is None:
         local = jax.shard_map(
-            lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead), mesh=_mesh(),
+            lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead, closed_loop=closed_loop),
+            mesh=_mesh(),
             in_specs=(p_spec, items, items, items), out_specs=items, check_vma=False,
         )
         return local(p, consts, keys, s)
     local = jax.shard_map(
-        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead), mesh=_mesh(),
+        lambda *a: advance_stack(*a, stochastic=stochastic, shared_table=shared_table, lookahead=lookahead, closed_loop=closed_loop),
+            mesh=_mesh(),
         in_specs=(p_spec, items, items, items, P()), out_specs=items, check_vma=False,
     )
     return local(p, consts, keys, s, max_steps)
 
 
-advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table", "lookahead"))
+advance_split_many = jit_x64(advance_split, static_argnames=("stochastic", "shared_table", "lookahead", "closed_loop"))
 
 
 XLA_CPU_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
@@ -79,7 +81,7 @@ class Executable:
     function: Callable
 
 
-advance_until_many = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table"))
+advance_until_many = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table", "closed_loop"))
 insert_many = jit_x64(insert_request_stack)
 
 START = Executable("replay-start", start_many)

@@ -93,7 +93,7 @@ class EngineLoop:
         stop = (jax.ShapeDtypeStruct((self.reps,), jnp.float64), jax.ShapeDtypeStruct((self.reps,), jnp.int64))
         scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)  # noqa: E731
         advance = X.Call(X.ADVANCE_UNTIL, (self.params, c_abs, self.prng, s_abs, *stop),
-                         dict(stochastic=self.stochastic, shared_table=True))
+                         dict(stochastic=self.stochastic, shared_table=True, closed_loop=False))  # routers and sessions: open loops
         insert = X.Call(X.INSERT, (s_abs, c_abs, jax.eval_shape(lambda r: r, self.rq), scalar(jnp.int64), scalar(jnp.int64),
                                    scalar(jnp.float64), scalar(jnp.int64), scalar(jnp.int64), scalar(jnp.int64)))
         return dict(zip(("advance", "insert"), self._compile([advance, insert])))

@@ -256,7 +256,10 @@ class _CapacityGroup:
         self.params = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in self.shared else np.stack([np.asarray(x) for x in xs]), *params)
         self.requests = _np_stack([it.requests for it in members])
         self.keys = np.stack([np.asarray(it.key) for it in members])
-        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table, lookahead=stretch_lookahead(len(indices)))
+        # an open-loop group never writes send times (engine.commit): a faster loop on long traces
+        closed = any(int(np.max(np.asarray(items[i].params.max_concurrency))) > 0 for i in indices)
+        self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table, lookahead=stretch_lookahead(len(indices)),
+                                closed_loop=closed)
         self.sizes = self._sizes()
 
     def _sizes(self) -> _CallSizes:

@@ -239,11 +239,12 @@ def decode_stretch(
 
 def engine_step(
     p: eng.EngineParams, consts: eng.ReplayConstants, key, stochastic: bool, lookahead: int, s: eng.EngineState,
-    axis_name: str | None = None,
+    axis_name: str | None = None, closed_loop: bool = True,
 ) -> eng.EngineState:
-    """One loop step: a decode stretch (none when ``lookahead`` is 0), then one ordinary pass."""
+    """One loop step: a decode stretch (none when ``lookahead`` is 0), then one ordinary pass (static ``closed_loop``:
+    :func:`jaxsim.replay.engine.engine_pass`)."""
     counted = s.steps + eng._active(p, s)
     if lookahead > 0:
         s = decode_stretch(p, consts, key, stochastic, s, lookahead, axis_name)
-    s = eng.engine_pass(p, consts, key, stochastic, s, axis_name)
+    s = eng.engine_pass(p, consts, key, stochastic, s, axis_name, closed_loop)
     return eqx.tree_at(lambda t: t.steps, s, counted)
