@@ -113,7 +113,7 @@ def test_readme_tour_runs_as_written(tmp_path, monkeypatch):
         want = 3 if "azure_code_1k" in line else 0
         assert r.exit_code == want, (line, r.output[-2000:])
     for f in ("out.csv", "sweep.parquet", "pareto.png", "pareto-chat.png", "t.csv", "replay.parquet", "cdf.png", "kv.png",
-              "real-measured.parquet", "my_profile/profile.json"):
+              "chat.jsonl", "chat.parquet", "real-measured.parquet", "my_profile/profile.json"):
         assert (tmp_path / f).is_file(), f
 
 

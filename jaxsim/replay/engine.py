@@ -1151,11 +1151,11 @@ def make_params(
     if rates.shape != (MAX_DRAFT_TOKENS,) or not np.all((rates >= 0) & (rates <= 1)):
         raise ValueError(f"accept_rates must be {MAX_DRAFT_TOKENS} probabilities in [0, 1] (pad with acceptance.pad_rates)")
     rates = np.where(np.arange(MAX_DRAFT_TOKENS) < k, rates, 0.0)
-    i64 = lambda v: jnp.asarray(int(v), jnp.int64)
+    i64 = lambda v: jax.device_put(np.int64(int(v)))  # not jnp.asarray: no small jitted conversion per field
     return EngineParams(
         table=table, max_num_batched_tokens=i64(max_num_batched_tokens), max_num_seqs=i64(max_num_seqs),
         block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
-        accept_rates=jnp.asarray(rates), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
+        accept_rates=jax.device_put(np.asarray(rates, np.float64)), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
         max_concurrency=i64(max_concurrency), state_blocks=i64(state_blocks),
     )
 
