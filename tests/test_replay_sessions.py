@@ -205,6 +205,10 @@ def test_cli_writes_sessions_and_replays_them(tmp_path):
     r = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(chat), "--output", str(tmp_path / "c.parquet"), "--no-progress",
                                  "--max-concurrency", "4"])
     assert r.exit_code == 2 and "multi-turn sessions with a closed loop" in r.output and len(r.output.strip().splitlines()) == 1
+    dis = ROOT / "configs" / "deployment_disaggregated.toml"
+    r = CliRunner().invoke(app, ["replay", str(dis), "--trace", str(chat), "--output", str(tmp_path / "d.parquet"), "--no-progress"])
+    assert r.exit_code == 2 and "replayed on aggregated deployments only" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "d.parquet").exists()
     r = CliRunner().invoke(app, ["trace", "sessions", "--shared-prefix-ratio", "0.3", "--output", str(tmp_path / "x.jsonl")])
     assert r.exit_code == 2 and "needs prefix_groups >= 1" in r.output
 
