@@ -156,6 +156,26 @@ def test_the_generator_grows_each_prompt_by_the_conversation_and_shares_system_p
     assert len(heads) == 2 and all(len(h) == 4 for h in heads)
 
 
+def test_a_later_turn_may_omit_its_timestamp(tmp_path):
+    """As the reference's and Dynamo's session rows: later turns carry a think time, not a timestamp."""
+    rows = [
+        {"timestamp": 10, "input_length": 300, "output_length": 20, "session_id": "a"},
+        {"timestamp": 20, "input_length": 400, "output_length": 20, "session_id": "b"},
+        {"input_length": 800, "output_length": 20, "session_id": "a", "delay_ms": 100},
+        {"input_length": 900, "output_length": 20, "session_id": "b", "delay": 50},
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = load_trace(path)
+    assert list(t.sessions.session) == ["a", "a", "b", "b"] and list(t.sessions.previous) == [-1, 0, -1, 2]
+    np.testing.assert_array_equal(t.sessions.delay_ms, [0, 100, 0, 50])
+    (o,) = O.run_replays([_config()], t, [0])
+    assert o.requests["sent_ms"][1] == o.requests["last_token_ms"][0] + 100
+    path.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"input_length": 5, "output_length": 5, "session_id": "c"}) + "\n")
+    with pytest.raises(QueryError, match="row 2: missing field 'timestamp' \\(the first turn of session 'c'"):
+        load_trace(path)
+
+
 def test_trace_cuts_keep_whole_conversations_so_far(chat):
     trace, _ = chat
     head = trace.head(10)

@@ -338,11 +338,15 @@ def read_mooncake_jsonl(path: str | os.PathLike) -> Trace:
     read past here: :mod:`jaxsim.replay.prefix_cache` reads it). Rows with a ``session_id`` are the turns of
     multi-turn sessions (:func:`read_sessions`)."""
     path = Path(path)
-    trace = _read_jsonl_trace(path, "timestamp")
     if not _mentions(path, (b'"session_id"', b'"turn"', b'"delay')):
-        return trace
-    sessions = read_sessions(path)
-    return trace if not np.any(sessions[0] != "") else _with_sessions(trace, sessions)
+        return _read_jsonl_trace(path, "timestamp")
+    rows = _read_jsonl(path)
+    sessions = read_sessions(path, rows)
+    # a later turn may omit its timestamp (it is sent by the replay): it takes its previous turn's, for the order
+    filled = [(i, obj if "timestamp" in obj or sessions[2][k] < 0 else dict(obj, timestamp=sessions[4][sessions[2][k]]))
+              for k, (i, obj) in enumerate(rows)]
+    trace = _trace(path, _records(path, filled, "timestamp", "input_length", "output_length"))
+    return trace if not np.any(sessions[0] != "") else _with_sessions(trace, sessions[:4])
 
 
 def _mentions(path: Path, needles: tuple[bytes, ...]) -> bool:
@@ -362,13 +366,15 @@ SESSION_FIELDS = ("session_id", "turn", "delay", "delay_ms")
 order within the session) and the think time ``delay`` or ``delay_ms`` (optional, ms, >= 0; later turns only)."""
 
 
-def read_sessions(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per file row: session id ("" none), turn (0 none), file position of the previous turn (-1 none) and think
-    time (ms), from a Mooncake JSONL's session fields (:data:`SESSION_FIELDS`). A session's turns follow each
+def read_sessions(path: str | os.PathLike, rows: list[tuple[int, dict]] | None = None) -> tuple[np.ndarray, ...]:
+    """Per file row: session id ("" none), turn (0 none), file position of the previous turn (-1 none), think
+    time (ms) and timestamp (a later turn without one: its previous turn's), from a Mooncake JSONL's session
+    fields (:data:`SESSION_FIELDS`; ``rows``: the file's rows, already read). A session's turns follow each
     other in file order with non-decreasing timestamps; a ``turn`` must be the next of its session (a turn
     whose previous turn no earlier row has is refused, naming the row)."""
     path = Path(path)
-    rows = _read_jsonl(path)
+    rows = _read_jsonl(path) if rows is None else rows
+    stamp = np.zeros(len(rows), np.float64)
     session = np.full(len(rows), "", dtype=object)
     turn = np.zeros(len(rows), np.int64)
     previous = np.full(len(rows), -1, np.int64)
@@ -383,6 +389,9 @@ def read_sessions(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
         if sid is None:
             if has_delay or obj.get("turn") is not None:
                 raise QueryError(f"{where}: {(has_delay or ['turn'])[0]!r} without a 'session_id'")
+            if obj.get("timestamp") is None:
+                raise QueryError(f"{where}: missing field 'timestamp'")
+            stamp[k] = _FIELDS.number(obj["timestamp"], where, "timestamp")
             continue
         if not isinstance(sid, str) or not sid:
             raise QueryError(f"{where}: session_id={sid!r} must be a non-empty string")
@@ -393,7 +402,13 @@ def read_sessions(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
             if t != n:
                 known = f"its latest earlier turn is {prev[1]}" if prev is not None else "no earlier row has it"
                 raise QueryError(f"{where}: session {sid!r} turn {t} refers to turn {t - 1}, but {known} (turns are 1, 2, ... in file order)")
-        ts = _FIELDS.number(obj.get("timestamp"), where, "timestamp") if obj.get("timestamp") is not None else 0.0
+        if obj.get("timestamp") is not None:
+            ts = _FIELDS.number(obj["timestamp"], where, "timestamp")
+        elif prev is not None:
+            ts = prev[2]
+        else:
+            raise QueryError(f"{where}: missing field 'timestamp' (the first turn of session {sid!r} is sent at it)")
+        stamp[k] = ts
         d = 0.0
         if has_delay:
             d = _FIELDS.number(obj[has_delay[0]], where, has_delay[0])
@@ -407,7 +422,7 @@ def read_sessions(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.n
         session[k], turn[k], delay[k] = sid, n, d
         previous[k] = -1 if prev is None else prev[0]
         last[sid] = (k, n, ts)
-    return session, turn, previous, delay
+    return session, turn, previous, delay, stamp
 
 
 def _with_sessions(trace: Trace, cols) -> Trace:
