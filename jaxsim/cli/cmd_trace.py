@@ -49,6 +49,18 @@ Example:
 """
 
 
+def _check_synthetic(output: Path, suffix: str, written_as: str, count: tuple[str, int], rate: float, cv: float, seed: int,
+                     force: bool) -> None:
+    """A synthetic trace's options and output file, before any work (one line, exit 2)."""
+    limits.check("requests", count[1], count[0])
+    limits.check("rate", rate, "--rate")
+    limits.check("rate", cv, "--cv")
+    limits.check("seed", seed, "--seed")
+    if output.suffix.lower() != f".{suffix}":
+        fail(f"{output}: {written_as}; use a .{suffix} file name")
+    refuse_overwrite(output, force, (suffix,))
+
+
 def register(app: typer.Typer) -> None:
     trace_app = typer.Typer(help="Request traces: bundled excerpts and synthetic arrivals.", no_args_is_help=True)
     app.add_typer(trace_app, name="trace")
@@ -115,13 +127,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from jaxsim.replay.session_traces import SessionShape, session_trace, write_session_jsonl
 
-        limits.check("requests", sessions, "--sessions")
-        limits.check("rate", rate, "--rate")
-        limits.check("rate", cv, "--cv")
-        limits.check("seed", seed, "--seed")
-        if output.suffix.lower() != ".jsonl":
-            fail(f"{output}: session traces are written as Mooncake JSONL; use a .jsonl file name")
-        refuse_overwrite(output, force, ("jsonl",))
+        _check_synthetic(output, "jsonl", "session traces are written as Mooncake JSONL", ("--sessions", sessions), rate, cv, seed, force)
         shape = SessionShape(turns=turns, new_input=new_input, output=osl, shared_prefix_ratio=shared_prefix_ratio,
                              prefix_groups=prefix_groups, think_time_ms=think_time_ms, trace_block_size=trace_block_size)
         t, hashes = session_trace(sessions, rate, shape, cv=cv, seed=seed, name=output.stem)
@@ -143,13 +149,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         from jaxsim.replay.traces import gamma_trace, write_trace_csv
 
-        limits.check("requests", n, "--n")
-        limits.check("rate", rate, "--rate")
-        limits.check("rate", cv, "--cv")
-        limits.check("seed", seed, "--seed")
-        if output.suffix.lower() != ".csv":
-            fail(f"{output}: synthetic traces are written as plain CSV; use a .csv file name")
-        refuse_overwrite(output, force, ("csv",))
+        _check_synthetic(output, "csv", "synthetic traces are written as plain CSV", ("--n", n), rate, cv, seed, force)
         t = gamma_trace(n, rate, cv, isl, osl, seed=seed, name=output.stem)
         write_trace_csv(t, output)
         typer.echo(f"wrote {output}: {len(t)} requests over {t.duration_ms / 1e3:,.1f} s (gamma arrivals, rate {rate}/s, cv {cv}, seed {seed})")
