@@ -90,6 +90,7 @@ class _Loop:
                                   engine_row=np.full(n, -1, np.int64))
         self.rows = np.zeros(reps, np.int64)
         self.row_request = np.full((reps, size), -1, np.int64)  # engine row -> request
+        self.row_view = np.full((reps, size), -1, np.int64)  # engine row -> its request's place in the replica's view
         self.seen_done = np.zeros((reps, size), bool)
         self.pending: list[list] = [[] for _ in range(reps)]  # per replica: heap of (send ms, order, request) not yet sent
         self.order = 0
@@ -144,6 +145,7 @@ class _Loop:
             row = int(self.rows[w])
             self.engines.insert(w, row, t, int(self.prompt[q]), int(self.output[q]))
             d.entered[q], d.engine_row[q], self.row_request[w, row] = True, row, q
+            self.row_view[w, row] = len(self.views[w].sent) - 1
             self.rows[w] += 1
 
     def first_replica(self, q: int, t: float, nth: int) -> int:
@@ -153,8 +155,7 @@ class _Loop:
             return nth % self.reps
         for w, v in enumerate(self.views):
             m = int(self.rows[w])
-            where = {int(r): k for k, r in enumerate(v.sent)}
-            engine = [where[int(self.row_request[w, r])] for r in range(m)]
+            engine = self.row_view[w, :m]
             first = np.full(len(v.sent), np.nan)
             done_ms = np.full(len(v.sent), np.nan)
             first[engine] = self.snap.first_token_ms[w, :m]
