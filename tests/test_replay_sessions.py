@@ -215,6 +215,8 @@ def test_cli_writes_sessions_and_replays_them(tmp_path):
     r = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(chat), "--output", str(out), "--no-progress", "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output[r.output.index("{"):])["replays"][0]
+    shown = CliRunner().invoke(app, ["replay", str(CONFIG), "--trace", str(chat), "--output", str(out), "--no-progress", "--force"])
+    assert "6 multi-turn sessions: each later turn sent when its previous turn completed" in shown.output
     assert summary["sessions"] == 6 and summary["unsent_turns"] == 0
     t = pq.read_table(out)
     assert t.column("turn").to_pylist()[:3] == [1, 2, 3] and set(t.column("session").to_pylist()) == {f"s{i}" for i in range(6)}

@@ -85,6 +85,11 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     console().print(t)
     for line in _routing_lines(summaries):
         typer.echo(line)
+    for s in summaries[:1]:
+        if s.get("sessions"):
+            unsent = int(s.get("unsent_turns") or 0)
+            typer.echo(f"{s['sessions']:,} multi-turn sessions: each later turn sent when its previous turn completed plus its think time"
+                       + (f"; {unsent:,} turns never sent (their session ended at a rejected or unfinished turn)" if unsent else ""))
     shown = set()
     for s in summaries:
         ov = s.get("overhead")
