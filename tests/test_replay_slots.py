@@ -142,7 +142,22 @@ def test_sampled_speculative_bursts_continue_across_capacities():
 def test_capacities():
     assert runner.capacities(256, 100) == [16, 32, 64, 128, 256]
     assert runner.capacities(16, 100) == [16] and runner.capacities(8, 100) == [8]
-    assert runner.capacities(256, runner.ADAPTIVE_MIN_ITEMS - 1) == [256]  # small groups: one executable
+    small = runner.ADAPTIVE_MIN_ITEMS - 1
+    assert runner.capacities(128, small) == [128] and runner.capacities(64, small) == [64]  # small groups: one executable
+    assert runner.capacities(1024, small) == [64, 128, 256, 512, 1024]  # ... unless above 128 slots: a lazy ladder from 64
+
+
+def test_a_single_replay_above_128_slots_climbs_a_lazily_compiled_ladder_and_equals_the_full_capacity_run():
+    p = _params(256)
+    trace = _crowd(seed=1)
+    got = unstack(jax.tree.map(np.asarray, replay_batch([p], trace.requests(N), [0], slots=256, stochastic=False,
+                                                        timeline_len=TIMELINE)), 0)
+    one = _full(p, trace, 256)
+    assert one.status == COMPLETED and np.nanmax(one.timeline[:, 2]) > 64  # more running than the first rung holds
+    for name, a in vars(one).items():
+        if name == "num_steps":
+            continue
+        np.testing.assert_array_equal(getattr(got, name), a, err_msg=name)
 
 
 @pytest.mark.slow
