@@ -45,8 +45,9 @@ ADAPTIVE_MIN_ITEMS = 8
 that capacity is above :data:`SMALL_FULL_SLOTS`."""
 SMALL_FULL_SLOTS = 128
 SMALL_FIRST_SLOTS = 64
-"""A small group whose max_num_seqs bucket is above SMALL_FULL_SLOTS starts at SMALL_FIRST_SLOTS and doubles, each
-capacity compiled when a replay first reaches it (a pass costs about 0.1 us per slot: the calibrated Qwen3-32B
+"""A small open-loop group whose max_num_seqs bucket is above SMALL_FULL_SLOTS starts at SMALL_FIRST_SLOTS and
+doubles, each capacity compiled when a replay first reaches it (a closed loop's slots are its clients: it fills
+them at once) (a pass costs about 0.1 us per slot: the calibrated Qwen3-32B
 replay of azure_conv_1k at max_num_seqs 1,024 ran in 0.67 s at its 1,024 slots, 0.10 s through the ladder)."""
 
 
@@ -259,8 +260,15 @@ class _CapacityGroup:
         # a large group climbs one ladder of capacities (up to its largest bucket): a replay that needs fewer
         # slots finishes low on it, and the group needs one executable per rung, not per bucket
         top = max(items[i].slots for i in indices)
+        # an open-loop group never writes send times (engine.commit): a faster loop on long traces
+        closed = any(int(np.max(np.asarray(items[i].params.max_concurrency))) > 0 for i in indices)
         for position, index in enumerate(indices):
-            caps = capacities(top if len(indices) >= ADAPTIVE_MIN_ITEMS else items[index].slots, len(indices))
+            if len(indices) >= ADAPTIVE_MIN_ITEMS:
+                caps = capacities(top, len(indices))
+            elif closed:  # a small closed-loop group's clients fill their slots at once: no ladder to climb
+                caps = [items[index].slots]
+            else:
+                caps = capacities(items[index].slots, len(indices))
             self.replays.append(_GroupReplay(index=index, position=position, capacities=caps, capacity=caps[0]))
         table_ids = {id(it.params.table) for it in members}
         self.shared_table = len(table_ids) == 1
@@ -269,8 +277,6 @@ class _CapacityGroup:
         self.params = jax.tree.map(lambda *xs: xs[0] if id(xs[0]) in self.shared else np.stack([np.asarray(x) for x in xs]), *params)
         self.requests = _np_stack([it.requests for it in members])
         self.keys = np.stack([np.asarray(it.key) for it in members])
-        # an open-loop group never writes send times (engine.commit): a faster loop on long traces
-        closed = any(int(np.max(np.asarray(items[i].params.max_concurrency))) > 0 for i in indices)
         self.run_statics = dict(stochastic=bool(stochastic), shared_table=self.shared_table, lookahead=stretch_lookahead(len(indices)),
                                 closed_loop=closed)
         self.sizes = self._sizes()
