@@ -81,10 +81,10 @@ def test_a_session_replay_equals_a_replay_of_the_times_it_sent_each_turn(chat, r
 
 
 def test_sessions_beyond_the_first_slot_capacity_replay_as_the_ordinary_engine():
-    """40 sessions start at once on one replica: more requests in flight than the loop's first 16 slots, so the
+    """100 sessions start at once on one replica: more requests in flight than the loop's first 64 slots, so the
     engines widen their running lists mid-replay (SLOTS_FULL) and must still equal the ordinary replay."""
     shape = SessionShape(turns=2, new_input="uniform:100:600", output="uniform:30:90", think_time_ms=5.0)
-    trace, _ = session_trace(40, 1e6, shape, seed=2)
+    trace, _ = session_trace(100, 1e6, shape, seed=2)
     c = _config()
     cols, decided = _session_run(c, trace)
     assert np.all(cols["terminal"] == DONE)

@@ -20,7 +20,7 @@ from jaxtyping import Array, Bool, Float64, Int32, Int64
 from jaxsim._jax import ensure_x64
 from jaxsim.replay import executables as X
 from jaxsim.replay.engine import SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
-from jaxsim.replay.runner import FIRST_SLOTS
+from jaxsim.replay.runner import capacities
 from jaxsim.replay.traces import request_bucket
 
 __all__ = ["EngineLoop", "Snapshot"]
@@ -48,7 +48,8 @@ _SNAPSHOT = jax.jit(_snapshot)
 
 class EngineLoop:
     """The engines of a stage's pool (one per replica, each with room for every request of the stage). They start
-    with :data:`~jaxsim.replay.runner.FIRST_SLOTS` running-list slots and double them when a replica fills them
+    at a single replay's first capacity (:func:`~jaxsim.replay.runner.capacities`: the max_num_seqs bucket up to
+    128 slots, else 64) and double their running-list slots when a replica fills them
     (``SLOTS_FULL``: that pass is not applied, so going on at the larger capacity is the replay run at it from the
     start), up to the pool's max_num_seqs bucket: a pass costs about 0.1 us per slot."""
 
@@ -66,7 +67,7 @@ class EngineLoop:
                          materialized=jnp.zeros(self.size, bool))
         self.rq = jax.tree.map(lambda a: jnp.stack([a] * reps), empty)
         self.top = slot_bucket(pool.max_num_seqs)
-        self.slots = min(FIRST_SLOTS, self.top)
+        self.slots = capacities(self.top, 1)[0]  # a single replay's first rung (runner: SMALL_FIRST_SLOTS above 128)
         self.timeline_len = int(timeline_len)
         self.stochastic = is_stochastic(np.asarray(stage.accept_rates)[: stage.nextn])
         start = X.Call(X.START, (self.params, self.rq), self._start_statics(self.slots))
