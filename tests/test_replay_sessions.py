@@ -110,6 +110,19 @@ def test_a_later_turn_is_sent_its_think_time_after_the_previous_completes_on_the
     np.testing.assert_array_equal(o2.requests["sent_ms"][prev < 0], r["sent_ms"][prev < 0])
 
 
+def test_a_session_replay_reports_its_progress_by_simulated_time(chat, monkeypatch):
+    import jaxsim.replay.inloop as L
+
+    monkeypatch.setattr(L, "REPORT_S", 0.0)
+    trace, _ = chat
+    seen = []
+    O.run_replays([_config()], trace, [0], progress=seen.append)
+    assert len(seen) > 3
+    simulated = [p.simulated_ms for p in seen]
+    assert simulated == sorted(simulated) and seen[0].replays_done == 0
+    assert seen[-1].fraction == 1.0 and seen[-1].replays_done == 1 and seen[-1].requests_done == len(trace)
+
+
 def test_a_rejected_turn_ends_its_session(tmp_path):
     c = _config()
     too_long = int(c.aggregated.max_model_len) + 10

@@ -11,6 +11,9 @@ once per shape bucket and kept in the on-disk executable cache (:mod:`jaxsim.rep
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -26,12 +29,15 @@ from jaxsim.replay.traces import request_bucket
 __all__ = ["EngineLoop", "Snapshot"]
 
 NO_LIMIT = np.iinfo(np.int64).max
+REPORT_S = 0.25
+"""At most this often (seconds) an engine loop tells its ``report`` where it stands."""
 
 
 class Snapshot(eqx.Module):
     """What the host reads after a call, per replica (axis 0) and engine row (axis 1, rows in use first)."""
 
     status: Int32[Array, " R"] | np.ndarray
+    now_ms: Float64[Array, " R"] | np.ndarray
     num_done: Int64[Array, " R"] | np.ndarray
     done: Bool[Array, "R N"] | np.ndarray
     first_token_ms: Float64[Array, "R N"] | np.ndarray
@@ -40,7 +46,8 @@ class Snapshot(eqx.Module):
 
 def _snapshot(s) -> Snapshot:
     r = s.requests
-    return Snapshot(status=s.status, num_done=s.num_done, done=r.done, first_token_ms=r.first_token_ms, last_token_ms=r.last_token_ms)
+    return Snapshot(status=s.status, now_ms=s.now_ms, num_done=s.num_done, done=r.done, first_token_ms=r.first_token_ms,
+                    last_token_ms=r.last_token_ms)
 
 
 _SNAPSHOT = jax.jit(_snapshot)
@@ -53,8 +60,11 @@ class EngineLoop:
     (``SLOTS_FULL``: that pass is not applied, so going on at the larger capacity is the replay run at it from the
     start), up to the pool's max_num_seqs bucket: a pass costs about 0.1 us per slot."""
 
-    def __init__(self, stage, timeline_len: int, timings: dict | None = None):
+    def __init__(self, stage, timeline_len: int, timings: dict | None = None, report: Callable | None = None):
+        """``report(now_ms, requests_done)`` (optional): where the engines stand, at most every
+        :data:`REPORT_S` seconds (the latest clock of the replicas, the requests they completed)."""
         ensure_x64()
+        self.report, self.reported = report, time.monotonic()
         pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
         self.reps, self.size, self.max_model_len, self.timings = reps, request_bucket(max(n, 1)), int(pool.max_model_len), timings
         one = pool.params(stage.nextn, stage.accept_rates, stage.max_passes, 0)
@@ -108,6 +118,9 @@ class EngineLoop:
             self.s = self.exe["advance"](self.params, self.consts, self.prng, self.s, stop, done)
             self.view = jax.tree.map(np.asarray, _SNAPSHOT(self.s))
             if not np.any(self.view.status == SLOTS_FULL):
+                if self.report is not None and time.monotonic() - self.reported >= REPORT_S:
+                    self.reported = time.monotonic()
+                    self.report(float(np.max(self.view.now_ms)), int(np.sum(self.view.num_done)))
                 return self.view
             self._widen(min(2 * self.slots, self.top))
 

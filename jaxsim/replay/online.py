@@ -27,12 +27,13 @@ from jaxsim.router import Router
 
 __all__ = ["run_routed"]
 
-def run_routed(stage, router: Router, keys: list[np.ndarray] | None, timeline_len: int, timings: dict | None = None):
+def run_routed(stage, router: Router, keys: list[np.ndarray] | None, timeline_len: int, timings: dict | None = None, report=None):
     """Replay ``stage`` (a :class:`~jaxsim.replay.orchestrate.Stage` of an open loop) with ``router`` in the loop:
     (the stage with each request's replica as its assignment, one :class:`ReplayResult` per replica over its
-    requests in arrival order, a :class:`RoutingSummary`). ``keys``: each prompt's full-block keys (None: none)."""
+    requests in arrival order, a :class:`RoutingSummary`). ``keys``: each prompt's full-block keys (None: none);
+    ``report``: :class:`~jaxsim.replay.inloop.EngineLoop`'s."""
     pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
-    engines = EngineLoop(stage, timeline_len, timings)
+    engines = EngineLoop(stage, timeline_len, timings, report)
     blocks = blocks_for(np.asarray(stage.input_tokens, np.int64), pool.block_size)
     fits = (np.asarray(stage.input_tokens) < pool.max_model_len) & (blocks + pool.state_blocks <= pool.num_gpu_blocks)
     no_keys = np.zeros(0, np.int64)

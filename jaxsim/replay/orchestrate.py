@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from types import SimpleNamespace
 
 import jax
@@ -24,7 +24,7 @@ from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
 from jaxsim.replay.online import run_routed
 from jaxsim.replay.routing import RoutingSummary, round_robin
-from jaxsim.replay.runner import ReplayItem, run_items
+from jaxsim.replay.runner import ReplayItem, ReplayProgress, run_items
 from jaxsim.replay.sessions import run_sessions
 from jaxsim.replay.traces import Trace, request_bucket
 from jaxsim.sla import Goodput
@@ -200,6 +200,31 @@ def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
     return keys
 
 
+class _LoopProgress:
+    """Progress of the replays that run their engines in the loop (routers, sessions), one after the other, as
+    :class:`~jaxsim.replay.runner.ReplayProgress` snapshots: each replay's clock up to its last arrival."""
+
+    def __init__(self, report, jobs: list[_Job]):
+        self.report = report
+        self.span = np.array([float(np.max(j.trace.arrival_ms)) if len(j.trace) else 0.0 for j in jobs])
+        self.requests = np.array([len(j.trace) for j in jobs], np.int64)
+        self.now = np.zeros(len(jobs))
+        self.done = np.zeros(len(jobs), np.int64)
+        self.finished = np.zeros(len(jobs), bool)
+
+    def update(self, k: int, now_ms: float, requests_done: int) -> None:
+        self.now[k], self.done[k] = min(max(now_ms, 0.0), self.span[k]), requests_done
+        self._send()
+
+    def finish(self, k: int, requests_done: int) -> None:
+        self.now[k], self.done[k], self.finished[k] = self.span[k], requests_done, True
+        self._send()
+
+    def _send(self) -> None:
+        self.report(ReplayProgress(float(self.now.sum()), float(self.span.sum()), int(self.done.sum()), int(self.requests.sum()),
+                                   int(self.finished.sum()), len(self.span)))
+
+
 def _add_time(timings: dict | None, t0: float, compile0: float) -> None:
     """The wall time of a loop with the engines in it (a router, sessions) since ``t0``, less what it spent compiling
     (``compile_s`` was ``compile0`` at ``t0``), counts as replay time."""
@@ -318,21 +343,22 @@ def run_replays(
             for s in seeds]
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
     _run_stages([j.first for j in jobs if not _routed(j) and not _multi_turn(j)], **run)
-    for j in jobs:  # multi-turn sessions: later turns sent as earlier ones complete, one (configuration, seed) at a time
-        if _multi_turn(j):
+    looped = [j for j in jobs if _multi_turn(j) or _routed(j)]
+    tracker = None if progress is None else _LoopProgress(progress, looped)
+    for k, j in enumerate(looped):  # engines in the loop, one (configuration, seed) at a time
+        report = None if tracker is None else partial(tracker.update, k)
+        t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
+        if _multi_turn(j):  # multi-turn sessions: later turns sent as earlier ones complete
             _check_sessions(j.config)
-            t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
             stage, results, j.routing, _ = run_sessions(j.first.stage, j.trace.sessions, j.config.router,
-                                                        _prompt_keys(j.first.stage, j.trace), run["timeline_len"], timings)
-            j.first = StageRun(stage, results)
-            _add_time(timings, t0, compile0)
-    for j in jobs:  # routed pools: the router in the loop, one (configuration, seed) at a time
-        if _routed(j) and not _multi_turn(j):
-            t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
+                                                        _prompt_keys(j.first.stage, j.trace), run["timeline_len"], timings, report)
+        else:  # a routed pool: the router in the loop
             stage, results, j.routing = run_routed(j.first.stage, j.config.router, _prompt_keys(j.first.stage, j.trace),
-                                                   run["timeline_len"], timings)
-            j.first = StageRun(stage, results)
-            _add_time(timings, t0, compile0)
+                                                   run["timeline_len"], timings, report)
+        j.first = StageRun(stage, results)
+        _add_time(timings, t0, compile0)
+        if tracker is not None:
+            tracker.finish(k, sum(int(np.sum(np.asarray(r.terminal) == DONE)) for r in results))
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":

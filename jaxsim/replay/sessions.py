@@ -46,13 +46,14 @@ class SessionRun(eqx.Module):
 
 
 def run_sessions(stage, sessions: Sessions, router: Router, keys: list[np.ndarray] | None, timeline_len: int,
-                 timings: dict | None = None):
+                 timings: dict | None = None, report=None):
     """Replay ``stage`` (the aggregated pool of an open loop) whose requests are the turns of ``sessions``:
     (the stage with each request's replica as its assignment, one :class:`ReplayResult` per replica over its
     requests in trace order, a :class:`RoutingSummary` when a state router routed several replicas, else None,
-    the :class:`SessionRun`). ``keys``: each prompt's full-block keys, for the KV router (None: none)."""
+    the :class:`SessionRun`). ``keys``: each prompt's full-block keys, for the KV router (None: none); ``report``:
+    :class:`~jaxsim.replay.inloop.EngineLoop`'s."""
     ensure_x64()
-    loop = _Loop(stage, sessions, router, keys, timeline_len, timings)
+    loop = _Loop(stage, sessions, router, keys, timeline_len, timings, report)
     firsts = np.flatnonzero(sessions.previous < 0)  # in arrival order
     i = 0
     while True:
@@ -72,10 +73,10 @@ def run_sessions(stage, sessions: Sessions, router: Router, keys: list[np.ndarra
 class _Loop:
     """The engines of a pool's replicas (:class:`~jaxsim.replay.inloop.EngineLoop`) and what the loop has decided."""
 
-    def __init__(self, stage, sessions: Sessions, router: Router, keys, timeline_len: int, timings: dict | None):
+    def __init__(self, stage, sessions: Sessions, router: Router, keys, timeline_len: int, timings: dict | None, report=None):
         pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
         self.stage, self.sessions, self.router, self.keys, self.reps = stage, sessions, router, keys, reps
-        self.engines = EngineLoop(stage, timeline_len, timings)
+        self.engines = EngineLoop(stage, timeline_len, timings, report)
         size = self.engines.size
         self.num_done = np.zeros(reps, np.int64)
         self.snap = None
