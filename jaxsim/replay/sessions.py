@@ -85,6 +85,7 @@ class _Loop:
         self.blocks = blocks_for(self.prompt, pool.block_size)
         self.fits = (self.prompt < pool.max_model_len) & (self.blocks + pool.state_blocks <= pool.num_gpu_blocks)
         self.following = _next_turns(sessions.previous)
+        self.watch = bool(np.any(sessions.previous >= 0))  # later turns: stop at completions (they send them)
         self.state_routed = router.routed and reps > 1
         self.views = [ReplicaView() for _ in range(reps)]
         self.decided = SessionRun(replica=np.full(n, -1, np.int64), sent_ms=np.full(n, np.nan), entered=np.zeros(n, bool),
@@ -104,12 +105,15 @@ class _Loop:
         """Run every replica up to its stop (the next first turn's arrival, or its next due turn if earlier), or until
         it completes a request; the stops."""
         stops = np.array([min(t_first, p[0][0]) if p else t_first for p in self.pending])
-        self.snap = self.engines.advance(stops, self.num_done)
+        self.snap = self.engines.advance(stops, self.num_done if self.watch else None)
         self.num_done = self.snap.num_done.copy()
         return stops
 
     def completions(self) -> bool:
-        """Turns whose previous turn completed in the last call are due on its replica at completion + think time."""
+        """Turns whose previous turn completed in the last call are due on its replica at completion + think time;
+        whether a replica stopped at a completion (before its stop)."""
+        if not self.watch:
+            return False
         any_new = False
         for w in range(self.reps):
             m = int(self.rows[w])

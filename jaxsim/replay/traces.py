@@ -73,6 +73,11 @@ class Sessions:
     def count(self) -> int:
         return int(np.sum(self.previous < 0))
 
+    @classmethod
+    def independent(cls, n: int) -> Sessions:
+        """``n`` requests, each a session of one turn (sent at its arrival)."""
+        return cls(np.full(n, "", dtype=object), np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.float64))
+
 
 @dataclass(frozen=True, eq=False)
 class Trace:
