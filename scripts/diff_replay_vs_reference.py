@@ -38,8 +38,9 @@ Agreeing seeds' folders are deleted unless ``--keep-agreeing``. Exit 0 when no s
 ``--prefix``: prefix caching ON in the reference (``kv_cache.prefix_caching: true``), on traces with real
 sharing: every request draws one of 1..3 shared prefixes of random length (in trace hash blocks of 8, 16,
 32 or 64 tokens, the reference's ``traffic.source.block_size``) and a unique tail; the pools are drawn as
-above, so most seeds are tight and evict. Autoregressive tables only. The jaxsim side is the plain-Python
-specification ``oracle_replay(..., block_keys=...)`` (tests/replay_support.py) with the keys of
+above, so most seeds are tight and evict. Autoregressive tables only. The jaxsim side is the compiled engine
+with prefix caching (``jaxsim.replay.cache_engine``; ``--oracle``: its plain-Python specification
+``oracle_replay(..., block_keys=...)`` in tests/replay_support.py) with the keys of
 ``jaxsim.replay.prefix_cache.block_keys``; besides TTFT/E2E/admissions/preemptions, the first-admission
 and last-admission cache-hit tokens (``first_admission_reused_input_tokens``, ``reused_input_tokens``)
 must be equal.
@@ -406,11 +407,8 @@ def run_jaxsim(d: Path) -> dict:
             "stopped_at": summary[0].get("stopped_at") if summary else None}
 
 
-def run_oracle(case: dict, d: Path) -> dict:
-    """The prefix-caching specification (``oracle_replay`` with block keys) on one case, as run_jaxsim's dict."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from replay_support import oracle_replay
-
+def _prefix_inputs(case: dict, d: Path):
+    """A prefix-caching case as the engines take it: table, trace (arrival order), block keys, settings, order."""
     from jaxsim.kernels.rounds import compile_round_table
     from jaxsim.profile import load_profile_dir
     from jaxsim.replay.prefix_cache import block_keys
@@ -423,11 +421,21 @@ def run_oracle(case: dict, d: Path) -> dict:
     order = sorted(range(len(reqs)), key=lambda i: reqs[i]["timestamp"])
     trace = make_trace("fuzz", [reqs[i]["timestamp"] - t0 for i in order], [reqs[i]["input_length"] for i in order],
                        [reqs[i]["output_length"] for i in order], rebase=False)
-    keys, _ = block_keys([case["hash_ids"][i] for i in order], [reqs[i]["input_length"] for i in order],
-                         case["trace_block_size"], case["block_size"])
-    out, _, status = oracle_replay(table, trace, max_num_batched_tokens=case["max_num_batched_tokens"],
-                                   max_num_seqs=case["max_num_seqs"], block_size=case["block_size"], num_gpu_blocks=case["blocks"],
-                                   num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=case["context"], block_keys=keys)
+    keys, num_keys = block_keys([case["hash_ids"][i] for i in order], [reqs[i]["input_length"] for i in order],
+                                case["trace_block_size"], case["block_size"])
+    kw = dict(max_num_batched_tokens=case["max_num_batched_tokens"], max_num_seqs=case["max_num_seqs"],
+              block_size=case["block_size"], num_gpu_blocks=case["blocks"], num_draft_tokens=0, accept_rates=np.zeros(5),
+              max_model_len=case["context"])
+    return table, trace, keys, num_keys, kw, order
+
+
+def run_oracle(case: dict, d: Path) -> dict:
+    """The prefix-caching specification (``oracle_replay`` with block keys) on one case, as run_jaxsim's dict."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from replay_support import oracle_replay
+
+    table, trace, keys, _, kw, order = _prefix_inputs(case, d)
+    out, _, status = oracle_replay(table, trace, **kw, block_keys=keys)
     rows = {}
     for r in out:
         a = trace.arrival_ms[r.i]
@@ -436,6 +444,36 @@ def run_oracle(case: dict, d: Path) -> dict:
                             "e2e_ms": r.last - a if done else None, "admissions": r.admits, "preemptions": r.preempt,
                             "first_hit_tokens": r.first_hit or 0, "hit_tokens": r.hit}
     return {"status": status if isinstance(status, str) else f"lookup {status}", "rows": rows}
+
+
+def run_cached(case: dict, d: Path) -> dict:
+    """The compiled engine with prefix caching (``jaxsim.replay.cache_engine``) on one case, as run_jaxsim's dict."""
+    import jax
+
+    from jaxsim.kernels import status as st
+    from jaxsim.kernels.buckets import pow2_bucket
+    from jaxsim.replay import cache_engine as ce
+    from jaxsim.replay.engine import DONE, make_params
+
+    table, trace, keys, num_keys, kw, order = _prefix_inputs(case, d)
+    pad = int(pow2_bucket(len(trace), 16))
+    pk, capacity = ce.prompt_keys(keys, num_keys, pad)
+    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=capacity, **{
+        k: kw[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "max_model_len")})
+    out = jax.tree.map(np.asarray, ce.cached_replay_jit(make_params(table, **kw), trace.requests(pad), pk, shapes))
+    res = out.result
+    rows = {}
+    for i in range(len(trace)):
+        a = trace.arrival_ms[i]
+        done = res.terminal[i] == DONE
+        rows[order[i]] = {"terminal": "completed" if done else "unfinished",
+                          "ttft_ms": float(res.first_token_ms[i] - a) if done else None,
+                          "e2e_ms": float(res.last_token_ms[i] - a) if done else None, "admissions": int(res.admissions[i]),
+                          "preemptions": int(res.preemptions[i]), "first_hit_tokens": int(out.first_hit_tokens[i]),
+                          "hit_tokens": int(out.hit_tokens[i])}
+    code = int(res.status)
+    status = {st.COMPLETED: "completed", st.STALLED: "stalled"}.get(code, st.REGISTRY[code].name if code >= 64 else f"lookup {code}")
+    return {"status": status, "rows": rows}
 
 
 def compare(ref: dict, mine: dict) -> tuple[str, str]:
@@ -485,6 +523,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds the reference may take per seed")
     ap.add_argument("--keep-agreeing", action="store_true")
     ap.add_argument("--prefix", action="store_true", help="prefix caching on, shared-prefix traces (see the docstring)")
+    ap.add_argument("--oracle", action="store_true",
+                    help="with --prefix/--mooncake: compare the plain-Python specification instead of the compiled engine")
     ap.add_argument("--mooncake", type=int, default=0, metavar="N",
                     help="instead of seeds: the first N requests of mooncake_conversation_1k, prefix caching on (mooncake_case)")
     ap.add_argument("--blocks", type=int, default=100_000, help="KV blocks for --mooncake (16 tokens each)")
@@ -507,14 +547,15 @@ def main() -> None:
         ref = run_reference(cli, d, args.timeout)
         t_ref = time.perf_counter() - t
         t = time.perf_counter()
-        mine = run_oracle(case, d)
+        mine = run_oracle(case, d) if args.oracle else run_cached(case, d)
         t_mine = time.perf_counter() - t
         cls, detail = compare(ref, mine)
         rows = mine["rows"].values()
         ttft = [r["ttft_ms"] for r in rows if r["ttft_ms"] is not None]
         hit = sum(r["hit_tokens"] for r in rows) / max(sum(x["input_length"] for x in case["requests"]), 1)
         print(f"mooncake_conversation_1k first {args.mooncake}, {args.blocks} blocks: {cls}: {detail}; mean TTFT "
-              f"{np.mean(ttft) / 1e3:.2f} s, hit tokens {hit:.1%} of prompt tokens; reference {t_ref:.0f} s, oracle {t_mine:.0f} s")
+              f"{np.mean(ttft) / 1e3:.2f} s, hit tokens {hit:.1%} of prompt tokens; reference {t_ref:.0f} s, "
+              f"{'oracle' if args.oracle else 'jaxsim cache engine'} {t_mine:.0f} s")
         sys.exit(0 if cls != "DIFFERENT" else 1)
     counts: dict[str, int] = {}
     stops: dict[str, int] = {}
@@ -529,7 +570,7 @@ def main() -> None:
             with open(d / "reference_requests.jsonl", "w") as fh:
                 for i in sorted(ref["per_request"]):
                     fh.write(json.dumps(ref["per_request"][i]) + "\n")
-        mine = run_oracle(case, d) if args.prefix else run_jaxsim(d)
+        mine = (run_oracle(case, d) if args.oracle else run_cached(case, d)) if args.prefix else run_jaxsim(d)
         cls, detail = compare(ref, mine)
         counts[cls] = counts.get(cls, 0) + 1
         if cls == "agreed stop":

@@ -653,6 +653,15 @@ def price(
     decode_requests = jnp.sum(reservation.decode_ready).astype(jnp.int64)
     decode_kv_tokens = jnp.sum(jnp.where(reservation.decode_ready, rows.length - 1, 0))
 
+    return price_lookups(p, now_ms, passes, prefill_requests, prefill_tokens, prefill_kv_tokens, decode_requests, decode_kv_tokens)
+
+
+def price_lookups(
+    p: EngineParams, now_ms: Float64[Array, ""], passes: Int64[Array, ""], prefill_requests: Int64[Array, ""],
+    prefill_tokens: Int64[Array, ""], prefill_kv_tokens: Int64[Array, ""], decode_requests: Int64[Array, ""],
+    decode_kv_tokens: Int64[Array, ""],
+) -> PassPrice:
+    """A pass's two lookups and its end on the reference's clock (each lookup rounded to whole nanoseconds)."""
     has_prefill, has_decode, prefill_ms, decode_ms, code = pass_lookups(
         p.table, prefill_requests, prefill_tokens, prefill_kv_tokens, decode_requests, decode_kv_tokens
     )

@@ -1,0 +1,459 @@
+"""The replay engine with automatic prefix caching: one vLLM-style worker whose KV pool is vLLM's block pool
+(:mod:`jaxsim.replay.block_pool`), so requests that share a prompt prefix read its cached blocks.
+
+The specification is ``oracle_replay(..., block_keys=...)`` in ``tests/replay_support.py`` (checked against
+the reference's replay with ``kv_cache.prefix_caching: true``); the rules are in ``docs/prefix_caching.md``.
+The scheduler is :mod:`jaxsim.replay.engine`'s (same state, same phases, same pricing), with three changes:
+
+* Blocks have identities. A request admitted with nothing computed (fresh, or a recompute after preemption)
+  reads its leading cached blocks (at most ``(length - 1) // block_size``), and computes from there; the
+  hit tokens are the prefill lookup's cached past KV. Admission needs the whole known sequence's other
+  blocks to fit beside the hit blocks nobody else holds.
+* A block is cached as soon as a pass allocates it full of known tokens; released blocks stay cached until
+  the pool hands them out again (blocks holding nothing cached first, then the least recently released).
+* The decode lookup's total past KV is capped at the pool's tokens (a shared block counts once per reader).
+
+The running list and the waiting queue are walked one request at a time (``lax.while_loop``), as in the
+oracle: an admission's hits can be blocks an earlier request of the same pass just allocated. Autoregressive
+replays only (speculative decoding with prefix caching is refused upstream: the reference prices it
+differently, see ``docs/prefix_caching.md``), open or closed loop, linear caches, no materialized requests.
+One replay per call; ``jax.vmap`` it for many (:func:`cached_replay_stack`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Int64
+
+from jaxsim._jax import ensure_x64, jit_x64
+from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.kernels.capacity import blocks_for
+from jaxsim.replay import block_pool as bp
+from jaxsim.replay import engine as eng
+
+NONE, DECODE, PREFILL = 0, 1, 2  # what a slot does in a pass
+
+
+class PromptKeys(eqx.Module):
+    """Every trace request's prompt block keys (:func:`jaxsim.replay.prefix_cache.block_keys`), concatenated in
+    trace order; request ``i``'s ``input_tokens // block_size`` keys start at ``offset[i]``."""
+
+    keys: Int64[Array, " F"]
+    offset: Int64[Array, " N"]
+
+
+class CacheState(eqx.Module):
+    """The loop state: the engine's (clock, lists, request rows, timeline), the block pool, each row's block
+    table while it holds blocks, and its cache-hit tokens at its first and at its latest admission."""
+
+    engine: eng.EngineState
+    pool: bp.BlockPool
+    table: Int64[Array, " R"]
+    first_hit_tokens: Int64[Array, " R"]  # -1: never admitted
+    hit_tokens: Int64[Array, " R"]
+
+
+class Schedule(eqx.Module):
+    """What each slot of the running list does in the pass (:data:`DECODE`, :data:`PREFILL` or :data:`NONE`), its
+    budget tokens and the tokens it had computed before."""
+
+    kind: Int64[Array, " S"]
+    tokens: Int64[Array, " S"]
+    computed_before: Int64[Array, " S"]
+
+
+class CachedReplay(eqx.Module):
+    """The engine's per-request results plus, per request, the prompt tokens read from the cache at its first
+    and at its last admission (0 for a request never admitted)."""
+
+    result: eng.ReplayResult
+    first_hit_tokens: Int64[Array, " N"]
+    hit_tokens: Int64[Array, " N"]
+
+
+class Shapes(NamedTuple):
+    """Static capacities of a cached replay (host-side, from the trace and the configurations: :func:`shapes_for`)."""
+
+    slots: int  # running-list slots (≥ max_num_seqs)
+    table_blocks: int  # blocks of the longest request
+    grow_blocks: int  # most blocks one request takes in one pass
+    pool_blocks: int  # ≥ num_gpu_blocks
+    num_keys: int  # ≥ distinct prompt keys
+
+
+# ----------------------------------------------------------------------------------------------------
+# one request: its row, its keys, its blocks
+
+
+def _row(s: CacheState, r) -> eng.RequestState:
+    """Row ``r`` (a one-row RequestState: read its fields with ``[0]``)."""
+    return s.engine.requests.rows(jnp.reshape(r, (1,)))
+
+
+def _set(row: eng.RequestState, **fields) -> eng.RequestState:
+    """A one-row RequestState with fields replaced by scalars."""
+    return row.replace(**{k: jnp.reshape(jnp.asarray(v), (1,)) for k, v in fields.items()})
+
+
+def _put(s: CacheState, r, row: eng.RequestState) -> CacheState:
+    requests = s.engine.requests.write(jnp.reshape(r, (1,)), row)
+    return eqx.tree_at(lambda t: t.engine.requests, s, requests)
+
+
+def _keys(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt) -> Int64[Array, " B"]:
+    trace_index = consts.order[jnp.clip(r, 0, consts.order.shape[0] - 1)]
+    return bp.request_block_keys(pk.keys, pk.offset[trace_index], prompt // p.block_size, r, shapes.num_keys, shapes.table_blocks)
+
+
+def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target) -> tuple[CacheState, eng.RequestState]:
+    """Blocks for ``target`` tokens of row ``r``; its full blocks of known tokens are cached."""
+    t = s.table[r]
+    allocated = row.allocated_blocks[0]
+    need = jnp.maximum(blocks_for(target, p.block_size) - allocated, 0)
+    pool = bp.take(s.pool, t, need, shapes.grow_blocks)
+    full = jnp.minimum(target, row.length[0]) // p.block_size
+    pool = bp.register(pool, t, _keys(p, consts, pk, shapes, r, row.prompt_tokens[0]), full)
+    return eqx.tree_at(lambda x: x.pool, s, pool), _set(row, allocated_blocks=allocated + need)
+
+
+def _preempt_tail(s: CacheState) -> CacheState:
+    """The running list's last request preempted for recompute: its blocks released tail first, onto the
+    preempted stack (it resumes first)."""
+    e = s.engine
+    v = e.running[e.num_running - 1]
+    pool = bp.release(s.pool, s.table[v])
+    row = _row(s, v)
+    row = _set(row, computed=0, allocated_blocks=0, preemptions=row.preemptions[0] + 1, materialized=False, recomputing=True)
+    s = _put(eqx.tree_at(lambda x: x.pool, s, pool), v, row)
+    pad = e.requests.num_rows - 1
+    return eqx.tree_at(
+        lambda x: (x.engine.running, x.engine.num_running, x.engine.preempted, x.engine.num_preempted), s,
+        (e.running.at[e.num_running - 1].set(pad), e.num_running - 1, e.preempted.at[e.num_preempted].set(v), e.num_preempted + 1),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# phase 1: the running list, in order
+
+
+class _ListWalk(eqx.Module):
+    s: CacheState
+    sched: Schedule
+    idx: Int64[Array, ""]
+    budget: Int64[Array, ""]
+    preempted: Int64[Array, ""]  # requests preempted in the pass
+    lost: Bool[Array, ""]  # the head of the list preempted itself: it can never fit
+
+
+def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
+    """Budget tokens and blocks for every running request, in list order; when the pool cannot supply a request's
+    blocks, the tail of the list is preempted until it fits (the running-list loop of ``oracle_replay``)."""
+    slots = shapes.slots
+    zeros = jnp.zeros((slots,), jnp.int64)
+    start = _ListWalk(s=s, sched=Schedule(kind=zeros, tokens=zeros, computed_before=zeros), idx=jnp.zeros((), jnp.int64),
+                      budget=p.max_num_batched_tokens, preempted=jnp.zeros((), jnp.int64), lost=jnp.zeros((), bool))
+
+    def going(w: _ListWalk):
+        return (w.idx < w.s.engine.num_running) & (w.budget > 0) & ~w.lost
+
+    def step(w: _ListWalk):
+        r = w.s.engine.running[w.idx]
+        row = _row(w.s, r)
+        length, computed = row.length[0], row.computed[0]
+        decode = (row.generated[0] > 0) & (computed == length - 1) & ~row.recomputing[0]
+        tokens = jnp.where(decode, jnp.minimum(jnp.minimum(1, p.max_model_len - length), w.budget),
+                           jnp.minimum(length - computed, w.budget))
+        target = computed + jnp.where(decode, 1, tokens)
+        need = jnp.maximum(blocks_for(target, p.block_size) - row.allocated_blocks[0], 0)
+
+        def short(x):
+            state, n = x
+            return (need > state.pool.free_blocks) & (w.idx < state.engine.num_running)
+
+        s, n = jax.lax.while_loop(short, lambda x: (_preempt_tail(x[0]), x[1] + 1), (w.s, jnp.zeros((), jnp.int64)))
+        kept = w.idx < s.engine.num_running
+
+        def schedule(s):
+            s, grown = _grow(p, consts, pk, shapes, s, r, row, target)
+            return _put(s, r, grown)
+
+        s = jax.lax.cond(kept, schedule, lambda s: s, s)
+        sched = Schedule(
+            kind=w.sched.kind.at[w.idx].set(jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
+            tokens=w.sched.tokens.at[w.idx].set(jnp.where(kept, tokens, 0)),
+            computed_before=w.sched.computed_before.at[w.idx].set(computed),
+        )
+        return _ListWalk(s=s, sched=sched, idx=w.idx + kept, budget=w.budget - jnp.where(kept, tokens, 0),
+                         preempted=w.preempted + n, lost=(~kept & (w.idx == 0)) | w.lost)
+
+    # a request preempting itself ends the walk (the requests after it were preempted before it)
+    return jax.lax.while_loop(going, step, start)
+
+
+# ----------------------------------------------------------------------------------------------------
+# phase 2: admit waiting requests
+
+
+class _Admit(eqx.Module):
+    s: CacheState
+    sched: Schedule
+    budget: Int64[Array, ""]
+    admitted: Int64[Array, ""]
+    blocked: Bool[Array, ""]
+
+
+def _candidate(consts, e: eng.EngineState, now_ms):
+    """The waiting queue's head (the preempted stack's top, then the next sent request), and whether one waits."""
+    from_stack = e.num_preempted > 0
+    fresh = e.next_arrival
+    arrived = (fresh < consts.num_accepted) & (e.sent_ms[jnp.clip(fresh, 0, e.sent_ms.shape[0] - 1)] <= now_ms)
+    r = jnp.where(from_stack, e.preempted[jnp.clip(e.num_preempted - 1, 0, e.preempted.shape[0] - 1)], fresh)
+    return r, from_stack, from_stack | arrived
+
+
+def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
+    """Without a preemption in the pass, waiting requests are admitted FCFS while ``max_num_seqs``, the budget and
+    the free blocks allow: each first reads its leading cached blocks, then the whole known sequence's other
+    blocks must fit beside the hit blocks nobody else holds (the waiting-queue loop of ``oracle_replay``)."""
+    start = _Admit(s=w.s, sched=w.sched, budget=w.budget, admitted=jnp.zeros((), jnp.int64), blocked=w.preempted > 0)
+
+    def going(a: _Admit):
+        e = a.s.engine
+        _, _, waits = _candidate(consts, e, now_ms)
+        return waits & (e.num_running < p.max_num_seqs) & ~a.blocked
+
+    def step(a: _Admit):
+        s, e = a.s, a.s.engine
+        r, from_stack, _ = _candidate(consts, e, now_ms)
+        row = _row(s, r)
+        length = row.length[0]
+        keys = _keys(p, consts, pk, shapes, r, row.prompt_tokens[0])
+        num_hits, hits = bp.leading_hits(s.pool, keys, (length - 1) // p.block_size)
+        cached = num_hits * p.block_size
+        tokens = jnp.minimum(length - cached, a.budget)
+        idle_hits = jnp.sum(jnp.where(hits >= 0, s.pool.ref[jnp.clip(hits, 0, s.pool.ref.shape[0] - 1)] == 0, False))
+        fits = (blocks_for(length, p.block_size) - num_hits <= s.pool.free_blocks - idle_hits) & (tokens > 0)
+
+        def admit(s: CacheState):
+            e = s.engine
+            slot = e.num_running
+            pool, t = bp.open_table(s.pool, hits, num_hits)
+            s = eqx.tree_at(
+                lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
+                           x.engine.num_preempted, x.engine.next_arrival), s,
+                (pool, s.table.at[r].set(t), s.first_hit_tokens.at[r].set(jnp.where(row.admissions[0] == 0, cached, s.first_hit_tokens[r])),
+                 s.hit_tokens.at[r].set(cached), e.running.at[slot].set(r), e.num_running + 1,
+                 e.num_preempted - from_stack, e.next_arrival + ~from_stack),
+            )
+            admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
+            s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens)
+            return _put(s, r, grown)
+
+        s = jax.lax.cond(fits, admit, lambda s: s, s)
+        slot = e.num_running
+        sched = Schedule(
+            kind=a.sched.kind.at[slot].set(jnp.where(fits, PREFILL, a.sched.kind[slot])),
+            tokens=a.sched.tokens.at[slot].set(jnp.where(fits, tokens, a.sched.tokens[slot])),
+            computed_before=a.sched.computed_before.at[slot].set(jnp.where(fits, cached, a.sched.computed_before[slot])),
+        )
+        return _Admit(s=s, sched=sched, budget=a.budget - jnp.where(fits, tokens, 0), admitted=a.admitted + fits, blocked=~fits)
+
+    return jax.lax.while_loop(going, step, start)
+
+
+# ----------------------------------------------------------------------------------------------------
+# phases 3-4: price the pass, emit, complete
+
+
+def _price(p: eng.EngineParams, s: CacheState, sched: Schedule, now_ms) -> tuple[eng.PassPrice, eng.RequestState, Bool[Array, " S"]]:
+    """The pass's lookups (prefill: Σ new prompt tokens and Σ cached prompt tokens of the requests computing prompt
+    tokens; decode: Σ past KV of the ready requests that emitted before, capped at the pool's tokens), the slots'
+    rows with their prefill chunks computed, and which slots emit."""
+    e = s.engine
+    slot = jnp.arange(e.running.shape[0])
+    listed = slot < e.num_running
+    rows = e.requests.rows(jnp.where(listed, e.running, e.requests.num_rows - 1))
+    prefill = listed & (sched.kind == PREFILL)
+    c, n = sched.computed_before, sched.tokens
+    new_prompt = jnp.where(prefill, jnp.minimum(c + n, rows.prompt_tokens) - jnp.minimum(c, rows.prompt_tokens), 0)
+    computing = new_prompt > 0
+    rows = rows.replace(computed=jnp.where(prefill, rows.computed + n, rows.computed))
+    ready = listed & (sched.kind != NONE) & ((sched.kind == DECODE) | (rows.computed == rows.length))
+    decoding = ready & (rows.generated > 0)
+    pool_tokens = p.num_gpu_blocks * p.block_size
+    cost = eng.price_lookups(
+        p, now_ms, e.passes, jnp.sum(computing).astype(jnp.int64), jnp.sum(new_prompt),
+        jnp.sum(jnp.where(computing, jnp.minimum(c, rows.prompt_tokens), 0)), jnp.sum(decoding).astype(jnp.int64),
+        jnp.minimum(jnp.sum(jnp.where(decoding, rows.length - 1, 0)), pool_tokens),
+    )
+    return cost, rows, ready
+
+
+def _emit(e: eng.EngineState, rows: eng.RequestState, ready, cost: eng.PassPrice) -> tuple[eng.RequestState, Bool[Array, " S"]]:
+    """A fresh prefill emits its first token, a decode or a completed recompute one token, all at the pass end."""
+    ready = ready & ~cost.unsupported
+    zero = eng._runtime_zero(e.passes)
+    end_ms = cost.end_ms
+    seen = rows.emitted_any
+    gap_ms = eng._opaque(jnp.where(ready & seen, end_ms - rows.last_token_ms, 0.0), zero)
+    generated = rows.generated + ready
+    done = ready & (generated >= rows.output_tokens)
+    rows = rows.replace(
+        generated=generated, computed=jnp.where(ready, rows.prompt_tokens + generated - 1, rows.computed),
+        decode_rounds=rows.decode_rounds + (ready & (rows.generated > 0)), done=rows.done | done,
+        recomputing=rows.recomputing & ~ready, first_token_ms=jnp.where(ready & ~seen, end_ms, rows.first_token_ms),
+        second_token_ms=jnp.where(ready & seen & jnp.isnan(rows.second_token_ms), end_ms, rows.second_token_ms),
+        last_token_ms=jnp.where(ready, end_ms, rows.last_token_ms),
+        token_gap_sq_ms2=rows.token_gap_sq_ms2 + eng._opaque(gap_ms * gap_ms, zero),
+        allocated_blocks=jnp.where(done, 0, rows.allocated_blocks),
+    )
+    return rows, done
+
+
+def _complete(s: CacheState, done: Bool[Array, " S"]) -> CacheState:
+    """Completed requests release their blocks (in list order) and leave the running list."""
+    e = s.engine
+
+    def one(i, pool):
+        return jax.lax.cond(done[i], lambda q: bp.release(q, s.table[e.running[i]]), lambda q: q, pool)
+
+    pool = jax.lax.fori_loop(0, e.num_running, one, s.pool)
+    slots = e.running.shape[0]
+    keep = (jnp.arange(slots) < e.num_running) & ~done
+    pos = jnp.where(keep, jnp.cumsum(keep) - 1, slots)
+    running = jnp.full((slots,), e.requests.num_rows - 1, jnp.int64).at[pos].set(e.running, mode="drop")
+    return eqx.tree_at(lambda x: (x.pool, x.engine.running, x.engine.num_running), s,
+                       (pool, running, jnp.sum(keep).astype(jnp.int64)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# one pass
+
+
+def cache_pass(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, s: CacheState) -> CacheState:
+    """One scheduler pass with prefix caching (the specification: ``oracle_replay(..., block_keys=...)``)."""
+    e0 = s.engine
+    now_ms = eng._clock(consts, e0)
+    s = eqx.tree_at(lambda x: x.engine.now_ms, s, now_ms)
+    walk = walk_running(p, consts, pk, shapes, s)
+    adm = admit_waiting(p, consts, pk, shapes, walk, now_ms)
+    s, sched = adm.s, adm.sched
+    cost, rows, ready = _price(p, s, sched, now_ms)
+    rows, done = _emit(s.engine, rows, ready, cost)
+    e = s.engine
+    listed = jnp.arange(shapes.slots) < e.num_running
+    requests = e.requests.write(jnp.where(listed, e.running, e.requests.num_rows), rows)
+    s = eqx.tree_at(lambda x: x.engine.requests, s, requests)
+    completions = jnp.sum(done)
+    emitted = jnp.any(ready & ~cost.unsupported)
+    s = _complete(s, done & ~cost.unsupported)
+    return _end_pass(p, consts, s, e0, now_ms, walk, adm, cost, completions, emitted)
+
+
+def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, walk: _ListWalk, adm: _Admit, cost: eng.PassPrice,
+              completions, emitted) -> CacheState:
+    """The clock, status, counts, closed-loop send times and timeline after the pass."""
+    e = s.engine
+    num_done = e0.num_done + completions
+    progress = (walk.preempted > 0) | (adm.admitted > 0) | jnp.any(adm.sched.kind != NONE) | emitted
+    status = jnp.where(cost.unsupported, cost.status, jnp.where(walk.lost | ~progress, eng.STALLED, eng.RUNNING))
+    status = jnp.where((status == eng.RUNNING) & (num_done >= consts.num_accepted), eng.COMPLETED, status).astype(jnp.int32)
+    applied = jnp.ones((), bool)
+    sent_ms = eng._release_slots(p, consts, e0, completions, cost.end_ms, applied)
+    timeline = e.timeline
+    if timeline.shape[0]:
+        arrived = jnp.sum(e.sent_ms <= now_ms)
+        fields = dict(
+            start_ms=now_ms, end_ms=cost.end_ms, running=e.num_running, waiting=e.num_preempted + arrived - e.next_arrival,
+            prefill_requests=cost.prefill_requests, prefill_tokens=cost.prefill_tokens, prefill_kv_tokens=cost.prefill_kv_tokens,
+            decode_requests=cost.decode_requests, decode_kv_tokens=cost.decode_kv_tokens,
+            kv_blocks_used=p.num_gpu_blocks - s.pool.free_blocks, preemptions=walk.preempted,
+        )
+        row = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS])
+        timeline = timeline.at[e.passes].set(row, mode="drop")
+    return eqx.tree_at(
+        lambda x: (x.engine.now_ms, x.engine.passes, x.engine.steps, x.engine.status, x.engine.num_done, x.engine.sent_ms,
+                   x.engine.failed_query, x.engine.timeline), s,
+        (jnp.where(cost.unsupported, now_ms, cost.end_ms), e.passes + 1, e.steps + 1, status, num_done, sent_ms,
+         jnp.where(cost.unsupported, cost.query, e.failed_query), timeline),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# a whole replay
+
+
+def _start(p: eng.EngineParams, rq: eng.Requests, shapes: Shapes, timeline_len: int) -> tuple[CacheState, eng.ReplayConstants]:
+    e, consts = eng._start(p, rq, shapes.slots, timeline_len)
+    rows = e.requests.num_rows
+    pool = bp.empty_pool(p.num_gpu_blocks, shapes.pool_blocks, shapes.num_keys, shapes.slots, shapes.table_blocks)
+    return CacheState(engine=e, pool=pool, table=jnp.zeros((rows,), jnp.int64), first_hit_tokens=jnp.full((rows,), -1, jnp.int64),
+                      hit_tokens=jnp.zeros((rows,), jnp.int64)), consts
+
+
+def cached_replay(
+    p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0,
+) -> CachedReplay:
+    """Replay one trace on one worker configuration with prefix caching (pure; ``shapes`` and ``timeline_len`` static)."""
+    ensure_x64()
+    s, consts = _start(p, rq, shapes, timeline_len)
+    s = jax.lax.while_loop(lambda s: eng._active(p, s.engine), partial(cache_pass, p, consts, pk, shapes), s)
+    n = rq.arrival_ms.shape[0]
+    inverse = jnp.zeros((n,), jnp.int64).at[consts.order].set(jnp.arange(n))
+    first = s.first_hit_tokens[:n][inverse]
+    return CachedReplay(result=eng._finish(rq, s.engine, consts), first_hit_tokens=jnp.maximum(first, 0),
+                        hit_tokens=s.hit_tokens[:n][inverse])
+
+
+cached_replay_jit = jit_x64(cached_replay, static_argnames=("shapes", "timeline_len"))
+
+
+def cached_replay_stack(p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0,
+                        shared_table: bool = False) -> CachedReplay:
+    """Cached replays of a stack of (configuration, trace, keys) items (leading axis of every argument; ``p.table``
+    unmapped when ``shared_table``), equal item by item to :func:`cached_replay`."""
+    ax = eng.param_axes(p, shared_table)
+    return jax.vmap(lambda pp, r, k: cached_replay(pp, r, k, shapes, timeline_len=timeline_len), in_axes=(ax, 0, 0))(p, rq, pk)
+
+
+cached_replay_stack_jit = jit_x64(cached_replay_stack, static_argnames=("shapes", "timeline_len", "shared_table"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# host side: keys and shapes
+
+
+def prompt_keys(keys: list[np.ndarray], num_keys: int, pad_to: int) -> tuple[PromptKeys, int]:
+    """:class:`PromptKeys` of per-request key rows (:func:`jaxsim.replay.prefix_cache.block_keys`, trace order; padded
+    to ``pad_to`` requests, as :meth:`Trace.requests <jaxsim.replay.traces.Trace.requests>`, and the keys to a power
+    of two) and the static key capacity (a power of two ≥ ``num_keys``)."""
+    lengths = np.array([len(k) for k in keys] + [0] * (int(pad_to) - len(keys)), np.int64)
+    offset = (np.cumsum(lengths) - lengths).astype(np.int64)
+    flat = np.concatenate([np.asarray(k, np.int64) for k in keys] + [np.zeros(1, np.int64)])
+    flat = np.concatenate([flat, np.zeros(int(pow2_bucket(flat.size, 64)) - flat.size, np.int64)])
+    return PromptKeys(keys=jax.device_put(flat), offset=jax.device_put(offset)), int(pow2_bucket(max(int(num_keys), 1), 64))
+
+
+def shapes_for(input_tokens: np.ndarray, output_tokens: np.ndarray, *, max_num_seqs: int, max_num_batched_tokens: int,
+               block_size: int, num_gpu_blocks: int, max_model_len: int, num_keys: int) -> Shapes:
+    """Static capacities that serve a trace on configurations up to these settings (host-side), in powers of two so
+    that nearby traces and settings share one compilation (:func:`widest` combines several)."""
+    prompt = np.asarray(input_tokens, np.int64)
+    longest = int(np.max(np.minimum(prompt + np.asarray(output_tokens, np.int64), np.maximum(max_model_len, prompt)))) if prompt.size else 1
+    table = int(pow2_bucket(int(blocks_for(max(longest, 1), block_size)), 16))
+    pool = int(pow2_bucket(int(num_gpu_blocks), 64))
+    grow = int(pow2_bucket(-(-int(max_num_batched_tokens) // int(block_size)) + 1, 8))
+    return Shapes(slots=int(pow2_bucket(int(max_num_seqs), 8)), table_blocks=table, grow_blocks=min(grow, table, pool),
+                  pool_blocks=pool, num_keys=int(num_keys))
+
+
+def widest(*shapes: Shapes) -> Shapes:
+    """Capacities that serve every one of ``shapes``."""
+    out = Shapes(*(max(values) for values in zip(*shapes)))
+    return out._replace(grow_blocks=min(out.grow_blocks, out.table_blocks, out.pool_blocks))
