@@ -9,9 +9,12 @@ never in the compiled code itself. ``JAXSIM_TYPECHECK=0`` turns them off (e.g. t
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
+
+import pytest
 
 # Executables are compiled from the code under test, never loaded from the on-disk executable cache
 # (a loaded executable is not traced, so its annotations would go unchecked); tests of the cache turn it on.
@@ -38,3 +41,16 @@ if os.environ.get("JAXSIM_TYPECHECK", "1") != "0" and importlib.util.find_spec("
 def pytest_configure(config):
     # beartype's advice to write ``collections.abc.Sequence`` instead of ``typing.Sequence``: not a test failure
     config.addinivalue_line("filterwarnings", "ignore::beartype.roar.BeartypeDecorHintPep585DeprecationWarning")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_executables_after_each_module():
+    """Compiled executables are freed when a test module ends (JAX's caches cleared). Each one holds about
+    three memory mappings of JIT code while it lives; the suite compiles over ten thousand, and a process may
+    hold only ``vm.max_map_count`` (65,530) mappings: past it, XLA's next compile segfaults (CI, exit 139, in
+    the 86th percent of the suite)."""
+    yield
+    import jax  # noqa: PLC0415
+
+    jax.clear_caches()
+    gc.collect()
