@@ -106,19 +106,32 @@ def _put(s: CacheState, r, row: eng.RequestState) -> CacheState:
     return eqx.tree_at(lambda t: t.engine.requests, s, requests)
 
 
+def _key_at(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt):
+    """The key of row ``r``'s block at a position (scalar in, scalar out)."""
+    offset = pk.offset[consts.order[jnp.clip(r, 0, consts.order.shape[0] - 1)]]
+
+    def key_at(j):
+        shared = pk.keys[jnp.clip(offset + j, 0, pk.keys.shape[0] - 1)]
+        return jnp.where(j < prompt // p.block_size, shared, shapes.num_keys + r * shapes.table_blocks + j)
+
+    return key_at
+
+
 def _keys(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt) -> Int64[Array, " B"]:
     trace_index = consts.order[jnp.clip(r, 0, consts.order.shape[0] - 1)]
     return bp.request_block_keys(pk.keys, pk.offset[trace_index], prompt // p.block_size, r, shapes.num_keys, shapes.table_blocks)
 
 
-def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target) -> tuple[CacheState, eng.RequestState]:
-    """Blocks for ``target`` tokens of row ``r``; its full blocks of known tokens are cached."""
+def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target, enabled) -> tuple[CacheState, eng.RequestState]:
+    """When ``enabled``: blocks for ``target`` tokens of row ``r``; its full blocks of known tokens are cached (only
+    blocks from the last one it held can be newly full)."""
     t = s.table[r]
     allocated = row.allocated_blocks[0]
-    need = jnp.maximum(blocks_for(target, p.block_size) - allocated, 0)
-    pool = bp.take(s.pool, t, need, shapes.grow_blocks)
-    full = jnp.minimum(target, row.length[0]) // p.block_size
-    pool = bp.register(pool, t, _keys(p, consts, pk, shapes, r, row.prompt_tokens[0]), full)
+    need = jnp.where(enabled, jnp.maximum(blocks_for(target, p.block_size) - allocated, 0), 0)
+    start = jnp.maximum(allocated - 1, 0)
+    full = jnp.where(enabled, jnp.minimum(target, row.length[0]) // p.block_size, start)
+    pool = bp.take(s.pool, t, need)
+    pool = bp.register(pool, t, start, full, _key_at(p, consts, pk, shapes, r, row.prompt_tokens[0]))
     return eqx.tree_at(lambda x: x.pool, s, pool), _set(row, allocated_blocks=allocated + need)
 
 
@@ -127,7 +140,7 @@ def _preempt_tail(s: CacheState) -> CacheState:
     preempted stack (it resumes first)."""
     e = s.engine
     v = e.running[e.num_running - 1]
-    pool = bp.release(s.pool, s.table[v])
+    pool = bp.release(s.pool, s.table[v], jnp.ones((), bool))
     row = _row(s, v)
     row = _set(row, computed=0, allocated_blocks=0, preemptions=row.preemptions[0] + 1, materialized=False, recomputing=True)
     s = _put(eqx.tree_at(lambda x: x.pool, s, pool), v, row)
@@ -178,12 +191,8 @@ def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
 
         s, n = jax.lax.while_loop(short, lambda x: (_preempt_tail(x[0]), x[1] + 1), (w.s, jnp.zeros((), jnp.int64)))
         kept = w.idx < s.engine.num_running
-
-        def schedule(s):
-            s, grown = _grow(p, consts, pk, shapes, s, r, row, target)
-            return _put(s, r, grown)
-
-        s = jax.lax.cond(kept, schedule, lambda s: s, s)
+        s, grown = _grow(p, consts, pk, shapes, s, r, row, target, kept)
+        s = _put(s, jnp.where(kept, r, s.engine.requests.num_rows), grown)
         sched = Schedule(
             kind=w.sched.kind.at[w.idx].set(jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
             tokens=w.sched.tokens.at[w.idx].set(jnp.where(kept, tokens, 0)),
@@ -237,25 +246,24 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         num_hits, hits = bp.leading_hits(s.pool, keys, (length - 1) // p.block_size)
         cached = num_hits * p.block_size
         tokens = jnp.minimum(length - cached, a.budget)
-        idle_hits = jnp.sum(jnp.where(hits >= 0, s.pool.ref[jnp.clip(hits, 0, s.pool.ref.shape[0] - 1)] == 0, False))
+        idle_hits = jnp.sum(jnp.where(hits >= 0, s.pool.refs(hits) == 0, False))
         fits = (blocks_for(length, p.block_size) - num_hits <= s.pool.free_blocks - idle_hits) & (tokens > 0)
 
-        def admit(s: CacheState):
-            e = s.engine
-            slot = e.num_running
-            pool, t = bp.open_table(s.pool, hits, num_hits)
-            s = eqx.tree_at(
-                lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
-                           x.engine.num_preempted, x.engine.next_arrival), s,
-                (pool, s.table.at[r].set(t), s.first_hit_tokens.at[r].set(jnp.where(row.admissions[0] == 0, cached, s.first_hit_tokens[r])),
-                 s.hit_tokens.at[r].set(cached), e.running.at[slot].set(r), e.num_running + 1,
-                 e.num_preempted - from_stack, e.next_arrival + ~from_stack),
-            )
-            admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
-            s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens)
-            return _put(s, r, grown)
-
-        s = jax.lax.cond(fits, admit, lambda s: s, s)
+        slot = e.num_running
+        pool, t = bp.open_table(s.pool, hits, num_hits, fits)
+        nowhere = s.table.shape[0]
+        at = jnp.where(fits, r, nowhere)
+        s = eqx.tree_at(
+            lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
+                       x.engine.num_preempted, x.engine.next_arrival), s,
+            (pool, s.table.at[at].set(t, mode="drop"),
+             s.first_hit_tokens.at[at].set(jnp.where(row.admissions[0] == 0, cached, s.first_hit_tokens[r]), mode="drop"),
+             s.hit_tokens.at[at].set(cached, mode="drop"), e.running.at[jnp.where(fits, slot, e.running.shape[0])].set(r, mode="drop"),
+             e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
+        )
+        admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
+        s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens, fits)
+        s = _put(s, at, grown)
         slot = e.num_running
         sched = Schedule(
             kind=a.sched.kind.at[slot].set(jnp.where(fits, PREFILL, a.sched.kind[slot])),
@@ -321,7 +329,7 @@ def _complete(s: CacheState, done: Bool[Array, " S"]) -> CacheState:
     e = s.engine
 
     def one(i, pool):
-        return jax.lax.cond(done[i], lambda q: bp.release(q, s.table[e.running[i]]), lambda q: q, pool)
+        return bp.release(pool, s.table[e.running[i]], done[i])
 
     pool = jax.lax.fori_loop(0, e.num_running, one, s.pool)
     slots = e.running.shape[0]
