@@ -24,6 +24,13 @@ A replay stops, with an explicit status, at the first pass whose lookup lies out
 measured support: nothing is extrapolated. Requests a worker can never run (prompt at or over
 max_model_len, or more KV blocks than the pool) are rejected and named on stderr with the reason.
 
+Prefix caching (vLLM's automatic prefix caching, on by default as in vLLM and the reference): a Mooncake trace's
+hash_ids say which prompts share leading blocks (--trace-block-size tokens per hash); requests read those blocks
+from the KV cache instead of computing them, and the request table's cache_hit_tokens column says how many. Set
+prefix_caching = false in a role to turn it off. Modelled for aggregated autoregressive replays with round-robin
+replicas; elsewhere (speculative decoding, disaggregated, routed, multi-turn) every prompt is computed and the
+summary says so. See docs/prefix_caching.md.
+
 Exit codes: 0 every replay completed every request; 3 a replay stopped outside measured support (or hit
 its pass limit), rejected requests (status "rejected: N of M requests") or completed no request (the
 results are still written; --allow-incomplete exits 0 then); 2 bad input (nothing written).
@@ -85,6 +92,8 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
     console().print(t)
     for line in _routing_lines(summaries):
         typer.echo(line)
+    for line in _cache_lines(summaries):
+        typer.echo(line)
     for s in summaries[:1]:
         if s.get("sessions"):
             unsent = int(s.get("unsent_turns") or 0)
@@ -120,6 +129,25 @@ def _replaced(change, configs: list) -> list:
         fail(str(e))
 
 
+def _cache_lines(summaries: list[dict]) -> list[str]:
+    """One line per configuration whose trace has shared prefixes (hash_ids): what its prefix cache did."""
+    out, seen = [], set()
+    for s in summaries:
+        mode = s.get("prefix_caching")
+        if s["config"] in seen or mode in (None, "no hash_ids"):
+            continue
+        seen.add(s["config"])
+        if mode == "modelled":
+            out.append(f"{s['config']}: prefix caching on: {s['prefix_hit_ratio']:.1%} of completed requests' prompt tokens read from "
+                       f"the cache ({int(s['cache_hit_tokens']):,} tokens; column cache_hit_tokens)")
+        elif mode == "off":
+            out.append(f"{s['config']}: prefix caching off (prefix_caching = false): every prompt computed")
+        else:
+            out.append(f"{s['config']}: prefix caching {mode}: every prompt computed, an upper bound on prefill work "
+                       "(set prefix_caching = false to say so)")
+    return out
+
+
 def _routing_lines(summaries: list[dict]) -> list[str]:
     """One line per routed configuration (its first seed): policy, rounds, requests per replica, predicted overlap."""
     lines, shown = [], set()
@@ -134,7 +162,8 @@ def _routing_lines(summaries: list[dict]) -> list[str]:
     return lines
 
 
-def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed):
+def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed,
+              trace_block_size=512):
     """The requests to replay and their benchmark load (None: the trace's own arrivals, an open loop)."""
     from jaxsim.replay.loads import Lengths, benchmark_trace, parse_load
     from jaxsim.replay.traces import load_trace
@@ -145,7 +174,7 @@ def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, ran
             fail(f"{given[0]} goes with --load (a benchmark load); a trace brings its own lengths")
         if trace is None:
             fail("give --trace TRACE or --load LOAD (a benchmark load: closed:C[:N], poisson:RATE[:N], gamma:RATE:N:BURSTINESS)")
-        return load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests), None
+        return load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests, trace_block_size=trace_block_size), None
     if time_scale != 1.0:
         fail("--time-scale rescales a trace's arrivals; with --load the load sets them")
     bench = parse_load(load, arrival_rule=arrival_rule)
@@ -180,6 +209,10 @@ def register(app: typer.Typer) -> None:
         trace_format: str | None = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: int | None = typer.Option(None, "--max-requests", help="Keep the first N requests."),
+        trace_block_size: int = typer.Option(
+            512, "--trace-block-size",
+            help="Prompt tokens per hash id of a Mooncake trace's hash_ids (prefix caching reads them; 512 as Mooncake and the reference).",
+        ),
         load: str | None = typer.Option(
             None,
             "--load",
@@ -270,8 +303,10 @@ def register(app: typer.Typer) -> None:
                     fail(f"{trace}: {rows:,} rows: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         if router is not None:
             configs = _with_router(configs, router)
+        if trace_block_size < 1:
+            fail(f"--trace-block-size {trace_block_size} must be >= 1")
         tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
-                              arrival_rule, seed)
+                              arrival_rule, seed, trace_block_size)
         if bench is not None:
             from jaxsim.replay.loads import with_load
 

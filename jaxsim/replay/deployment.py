@@ -33,6 +33,7 @@ class WorkerPool:
     max_model_len: int
     replicas: int = 1
     state_blocks: int = 0  # fixed blocks every request holds (a grouped cache's window and state groups)
+    prefix_caching: bool = True  # requests sharing a prompt prefix read its cached blocks (a trace with hash_ids)
 
     def params(self, nextn: int, accept_rates, max_passes: int, max_concurrency: int = 0) -> EngineParams:
         return make_params(
@@ -124,7 +125,7 @@ def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
         table=rb.table, max_num_batched_tokens=int(rb.max_num_batched_tokens), max_num_seqs=int(rb.max_num_seqs),
         block_size=int(block_size), num_gpu_blocks=int(rb.blocks.num_gpu_blocks),
         max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas) * int(rb.role.dp),  # DP ranks
-        state_blocks=int(rb.blocks.state_blocks),
+        state_blocks=int(rb.blocks.state_blocks), prefix_caching=bool(rb.role.prefix_caching),
     )
 
 

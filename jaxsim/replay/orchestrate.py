@@ -7,6 +7,7 @@ replay status (:class:`~jaxsim.replay.deployment.ReplayOutcome`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ import numpy as np
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
 from jaxsim.kernels.capacity import kv_transfer_ms
+from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import metrics
+from jaxsim.replay.cache_runner import CachedItem, run_cached_items
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
-from jaxsim.replay.engine import COMPLETED, DONE, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
+from jaxsim.replay.engine import COMPLETED, DONE, TERMINAL_NAMES, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
 from jaxsim.replay.online import run_routed
 from jaxsim.replay.routing import RoutingSummary, round_robin
 from jaxsim.replay.runner import ReplayItem, ReplayProgress, run_items
@@ -53,6 +56,8 @@ class Stage:
     max_concurrency: int = 0  # closed loop, per replica (ReplayConfig.max_concurrency)
     pad_to: int = 0  # requests per replica padded to at least this (stages of different sizes then share compilations)
     assignment: np.ndarray | None = None  # each request's replica (stage order); None: round-robin
+    keys: tuple | None = None  # prefix caching: each request's prompt block keys (stage order); None: no cache
+    num_keys: int = 0  # distinct keys
 
     @cached_property
     def replica(self) -> np.ndarray:
@@ -75,6 +80,21 @@ class Stage:
         return [ReplayItem(params, self._requests(idx, size), jax.random.fold_in(key, r), slots, stochastic)
                 for r, idx in enumerate(self.parts)]
 
+    @cached_property
+    def cached_items(self) -> list[CachedItem]:
+        """The replicas' replays with prefix caching (each replica its own cache)."""
+        size = max(request_bucket(max(p.size for p in self.parts)), int(self.pad_to))
+        params = self.pool.params(self.nextn, self.accept_rates, self.max_passes, self.max_concurrency)
+        pool = self.pool
+        out = []
+        for idx in self.parts:
+            keys, capacity = ce.prompt_keys([self.keys[i] for i in idx.tolist()], self.num_keys, size)
+            shapes = ce.shapes_for(self.input_tokens[idx], self.output_tokens[idx], max_num_seqs=pool.max_num_seqs,
+                                   max_num_batched_tokens=pool.max_num_batched_tokens, block_size=pool.block_size,
+                                   num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
+            out.append(CachedItem(params, self._requests(idx, size), keys, shapes))
+        return out
+
     def _requests(self, idx: np.ndarray, size: int) -> Requests:
         pad = size - idx.size
         return Requests(
@@ -94,6 +114,11 @@ class StageRun:
 
     stage: Stage | None  # None: no request reaches this pool
     results: list[ReplayResult] = field(default_factory=list)
+    hit_tokens: list[np.ndarray] = field(default_factory=list)  # per replica: prompt tokens read from the cache (first admission)
+
+    @property
+    def cached(self) -> bool:
+        return self.stage is not None and self.stage.keys is not None
 
     @property
     def items(self) -> list[ReplayItem]:
@@ -108,6 +133,9 @@ class StageRun:
                 if cols[f] is None:
                     cols[f] = np.zeros(n, a.dtype) if a.dtype != np.float64 else np.full(n, np.nan)
                 cols[f][idx] = a
+        cols["cache_hit_tokens"] = np.zeros(n, np.int64)
+        for idx, hits in zip(self.stage.parts, self.hit_tokens):
+            cols["cache_hit_tokens"][idx] = np.asarray(hits)[: idx.size]
         return cols
 
 
@@ -139,11 +167,34 @@ def _max_passes(trace: Trace) -> int:
     return int(16 * (int(trace.output_tokens.sum()) + int(trace.input_tokens.sum() // 16) + len(trace)) + 1000)
 
 
+def prefix_caching_mode(c: ReplayConfig, trace: Trace) -> str:
+    """How a replay of ``trace`` on ``c`` treats shared prompt prefixes: ``modelled`` (vLLM's block cache,
+    :mod:`jaxsim.replay.cache_engine`), ``off`` (the role turns it off), ``no hash_ids`` (the trace says nothing
+    of shared prefixes: every prompt computed), or ``not modelled: <why>`` (every prompt computed, an upper bound
+    on prefill work; replay with ``prefix_caching = false`` to say so)."""
+    pool = c.aggregated if c.mode == "aggregated" else c.prefill
+    if not pool.prefix_caching:
+        return "off"
+    if trace.hash_ids is None:
+        return "no hash_ids"
+    why = ("disaggregated deployment" if c.mode != "aggregated" else "speculative decoding" if c.nextn
+           else "grouped KV cache" if pool.state_blocks else "routed replicas" if c.router.routed and pool.replicas > 1
+           else "multi-turn sessions" if trace.sessions is not None and bool(np.any(trace.sessions.previous >= 0)) else "")
+    return f"not modelled: {why}" if why else "modelled"
+
+
 def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int, pad_to: int = 0) -> Stage:
-    """The aggregated pool, or the prefill pool (each request computes its prompt and first token)."""
+    """The aggregated pool, or the prefill pool (each request computes its prompt and first token); with its
+    prompts' block keys when the prefix cache is modelled."""
     pool, out = (c.aggregated, trace.output_tokens) if c.mode == "aggregated" else (c.prefill, np.ones_like(trace.output_tokens))
-    return Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
-                 materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency), pad_to=pad_to)
+    stage = Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
+                  materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency), pad_to=pad_to)
+    if prefix_caching_mode(c, trace) != "modelled":
+        return stage
+    from jaxsim.replay.prefix_cache import block_keys  # noqa: PLC0415
+
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, int(trace.trace_block_size), pool.block_size)
+    return dataclasses.replace(stage, keys=tuple(keys), num_keys=int(num_keys))
 
 
 def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int, pad_to: int = 0) -> DecodeStage:
@@ -162,19 +213,33 @@ def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, m
 
 
 def _run_stages(runs: list[StageRun], **kw) -> None:
-    """Run every stage's items in one :func:`~jaxsim.replay.runner.run_items` call; results go to each stage."""
-    items = [it for r in runs for it in r.items]
-    if not items:
-        return
-    results = run_items(items, **kw)
-    timings = kw.get("timings")
+    """Run every stage's items in one :func:`~jaxsim.replay.runner.run_items` call, and the stages with prefix
+    caching in one :func:`~jaxsim.replay.cache_runner.run_cached_items` call; results go to each stage."""
+    plain = [r for r in runs if not r.cached]
+    items = [it for r in plain for it in r.items]
+    if items:
+        _distribute(plain, run_items(items, **kw), kw.get("timings"))
+    cached = [r for r in runs if r.cached]
+    if cached:
+        out = run_cached_items([it for r in cached for it in r.stage.cached_items], timeline_len=kw["timeline_len"],
+                               chunk=kw.get("chunk"), timings=kw.get("timings"))
+        _distribute(cached, [o.result for o in out], kw.get("timings"))
+        lo = 0
+        for r in cached:
+            r.hit_tokens = [o.first_hit_tokens for o in out[lo: lo + len(r.results)]]
+            lo += len(r.results)
+
+
+def _distribute(runs: list[StageRun], results: list[ReplayResult], timings: dict | None) -> None:
+    """The stages' results, in their order (each its replicas'); passes and loop steps counted in ``timings``."""
     if timings is not None:  # scheduler passes and loop steps (a decode stretch and a pass each)
         timings["passes"] = timings.get("passes", 0) + sum(int(r.num_passes) for r in results)
         timings["loop_steps"] = timings.get("loop_steps", 0) + sum(int(r.num_steps) for r in results)
     lo = 0
     for r in runs:
-        r.results = results[lo: lo + len(r.items)]
-        lo += len(r.items)
+        n = len(r.stage.parts)
+        r.results = results[lo: lo + n]
+        lo += n
 
 
 def _routed(j: _Job) -> bool:
@@ -191,7 +256,7 @@ def _multi_turn(j: _Job) -> bool:
 def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
     """Each request's prompt block keys at the pool's block size (stage order), from the trace's hash ids;
     None when the trace has none."""
-    hash_ids = getattr(trace, "hash_ids", None)
+    hash_ids = trace.hash_ids
     if hash_ids is None:
         return None
     from jaxsim.replay.prefix_cache import block_keys  # noqa: PLC0415
@@ -287,14 +352,25 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
     req["row"] = trace.row
     req["replica"] = _replicas(job)
+    req["cache_hit_tokens"] = cols.get("cache_hit_tokens", np.zeros(n, np.int64))
     ses = trace.sessions
     req["session"] = np.full(n, "", dtype=object) if ses is None else ses.session.astype(object)
     req["turn"] = np.zeros(n, np.int64) if ses is None else ses.turn.astype(np.int64)
     req, summary = metrics.summarize(req, goodput, job.config.overhead.terms)
+    summary = dict(summary, **_cache_summary(job, req))
     if ses is not None:  # multi-turn: sessions, and turns never sent (their session ended at a rejected or unfinished turn)
         summary = dict(summary, sessions=ses.count, unsent_turns=int(np.sum(np.isnan(req["sent_ms"]) & (ses.previous >= 0))))
     return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed,
                          routing=None if job.routing is None else job.routing.to_json())
+
+
+def _cache_summary(job: _Job, req: dict) -> dict:
+    """How the replay treated shared prefixes (:func:`prefix_caching_mode`) and, over the completed requests, the
+    prompt tokens read from the cache at first admission and their share of all prompt tokens."""
+    done = req["terminal"] == TERMINAL_NAMES[DONE]
+    hit, total = float(np.sum(req["cache_hit_tokens"][done])), float(np.sum(req["input_tokens"][done]))
+    return {"prefix_caching": prefix_caching_mode(job.config, job.trace), "cache_hit_tokens": hit,
+            "prefix_hit_ratio": hit / total if total else 0.0}
 
 
 def _replicas(job: _Job) -> np.ndarray:

@@ -23,7 +23,7 @@ __all__ = ["REQUEST_COLUMNS", "SUMMARY_METADATA_KEY", "rejection_lines", "replay
 REQUEST_COLUMNS = (
     "config", "seed", "request", "row", "arrival_ms", "sent_ms", "input_tokens", "output_tokens", "generated_tokens",
     "first_token_ms", "last_token_ms", "ttft_ms", "ttst_ms", "tpot_ms", "e2e_ms", "decode_rounds",
-    "preemptions", "admissions", "terminal", "reason", "status", "data_source", "replica", "session", "turn",
+    "preemptions", "admissions", "terminal", "reason", "status", "data_source", "replica", "session", "turn", "cache_hit_tokens",
 )
 """The request table's columns, in order."""
 SUMMARY_METADATA_KEY = b"jaxsim.replay.summary"

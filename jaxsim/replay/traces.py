@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -29,6 +29,7 @@ from jaxsim import limits
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
+from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, read_hash_ids
 
 __all__ = [
     "FORMATS", "SESSION_FIELDS", "Sessions", "Trace", "read_sessions",
@@ -82,7 +83,9 @@ class Sessions:
 @dataclass(frozen=True, eq=False)
 class Trace:
     """Requests sorted by arrival. ``row`` is each request's 0-based position in the source. ``sessions``: the
-    multi-turn sessions the requests belong to (None: independent requests)."""
+    multi-turn sessions the requests belong to (None: independent requests). ``hash_ids``: each request's
+    prompt block hashes (Mooncake: one per ``trace_block_size`` tokens, checked against its prompt; None: the
+    trace says nothing of shared prefixes), what prefix caching and the KV router read."""
 
     name: str
     arrival_ms: np.ndarray
@@ -91,6 +94,8 @@ class Trace:
     row: np.ndarray
     source: str = ""
     sessions: Sessions | None = None
+    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    trace_block_size: int = 512  # prompt tokens per hash id (Mooncake's and the reference's default)
 
     def __len__(self) -> int:
         return int(self.arrival_ms.shape[0])
@@ -98,8 +103,9 @@ class Trace:
     def _take(self, keep: np.ndarray) -> Trace:
         keep = np.asarray(keep, np.int64)
         sessions = None if self.sessions is None else self.sessions.take(keep)
-        return Trace(self.name, self.arrival_ms[keep], self.input_tokens[keep], self.output_tokens[keep], self.row[keep], self.source,
-                     sessions)
+        hash_ids = None if self.hash_ids is None else tuple(self.hash_ids[i] for i in keep.tolist())
+        return replace(self, arrival_ms=self.arrival_ms[keep], input_tokens=self.input_tokens[keep], output_tokens=self.output_tokens[keep],
+                       row=self.row[keep], sessions=sessions, hash_ids=hash_ids)
 
     @property
     def duration_ms(self) -> float:
@@ -136,7 +142,7 @@ class Trace:
         sessions = self.sessions
         if sessions is not None:  # think times stretch with the arrivals
             sessions = Sessions(sessions.session, sessions.turn, sessions.previous, sessions.delay_ms * float(time_scale))
-        return Trace(self.name, self.arrival_ms * float(time_scale), self.input_tokens, self.output_tokens, self.row, self.source, sessions)
+        return replace(self, arrival_ms=self.arrival_ms * float(time_scale), sessions=sessions)
 
     def window(self, max_duration_ms: float) -> Trace:
         """Requests arriving within ``max_duration_ms`` of the first arrival."""
@@ -437,8 +443,7 @@ def _with_sessions(trace: Trace, cols) -> Trace:
     position = np.empty(order.size, np.int64)
     position[order] = np.arange(order.size)
     prev = previous[order]
-    return Trace(trace.name, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source,
-                 Sessions(session[order], turn[order], np.where(prev >= 0, position[np.maximum(prev, 0)], -1), delay[order]))
+    return replace(trace, sessions=Sessions(session[order], turn[order], np.where(prev >= 0, position[np.maximum(prev, 0)], -1), delay[order]))
 
 
 def read_plain_jsonl(path: str | os.PathLike) -> Trace:
@@ -498,9 +503,11 @@ def load_trace(
     time_scale: float = 1.0,
     max_requests: int | None = None,
     max_duration_ms: float | None = None,
+    trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE,
 ) -> Trace:
     """Load a bundled trace by name or a trace file (format sniffed unless ``fmt`` is one of
-    ``azure | mooncake | csv | jsonl``), then truncate and scale arrival times."""
+    ``azure | mooncake | csv | jsonl``), then truncate and scale arrival times. A Mooncake trace's ``hash_ids``
+    come with it, each row's checked against its prompt at ``trace_block_size`` tokens per hash."""
     key = str(name_or_path)
     if key in _BUNDLED:
         path, kind = bundled_trace_path(key), _BUNDLED[key][1]
@@ -513,7 +520,10 @@ def load_trace(
         raise QueryError(f"{path}: unknown trace format {kind!r} (one of {', '.join(FORMATS)})")
     trace = _READERS[kind](path)
     if key in _BUNDLED:
-        trace = Trace(key, trace.arrival_ms, trace.input_tokens, trace.output_tokens, trace.row, trace.source, trace.sessions)
+        trace = replace(trace, name=key)
+    if kind == "mooncake" and _mentions(path, (b'"hash_ids"',)):
+        rows = read_hash_ids(path, trace_block_size)
+        trace = replace(trace, hash_ids=tuple(tuple(rows[r]) for r in trace.row.tolist()), trace_block_size=int(trace_block_size))
     if len(trace) == 0:
         raise QueryError(f"{path}: the trace has no requests")
     if max_duration_ms is not None:

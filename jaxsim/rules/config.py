@@ -71,6 +71,7 @@ class RoleConfig:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     gpu_memory_utilization: float | None = None
+    prefix_caching: bool = True  # vLLM's automatic prefix caching (on by default, as in vLLM and the reference)
 
     @property
     def parallel_tuple(self) -> tuple[int, int, int, int, int, int]:
@@ -163,6 +164,7 @@ _ROLE_FIELDS: dict[str, sc.Field] = {
     "max_num_batched_tokens": sc.Field(sc.Int(lo=1, limit="tokens")),
     "max_num_seqs": sc.Field(sc.Int(lo=1, limit="max_num_seqs")),
     "gpu_memory_utilization": sc.Field(sc.Num()),
+    "prefix_caching": sc.Field(sc.Bool()),
 }
 
 

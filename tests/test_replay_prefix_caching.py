@@ -1,0 +1,179 @@
+"""Prefix caching in `jaxsim replay` (issue 26): a Mooncake trace's hash_ids reach the compiled cached engine
+through the deployment config (`prefix_caching`, on by default), `--trace-block-size` and the orchestrator; the
+request table gains `cache_hit_tokens`, the summary says what the cache did (or why it is not modelled)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from replay_support import golden_table
+from typer.testing import CliRunner
+
+from jaxsim.cli.main import app
+from jaxsim.errors import QueryError
+from jaxsim.replay import cache_engine as ce
+from jaxsim.replay.deployment import ReplayConfig, WorkerPool
+from jaxsim.replay.engine import make_params
+from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
+from jaxsim.replay.prefix_cache import block_keys, read_hash_ids
+from jaxsim.replay.traces import load_trace, make_trace
+from jaxsim.router import Router
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+CASES_DIR = Path(__file__).parent / "data" / "prefix_cases"
+CASES = sorted(p.name for p in CASES_DIR.iterdir() if p.is_dir())
+
+
+def _shared_trace(n: int = 12, seed: int = 3, tbs: int = 16):
+    """Requests over three shared prefixes (hash ids of ``tbs`` tokens), arriving close together."""
+    g = np.random.default_rng(seed)
+    hashes = [[100 * int(g.integers(0, 3)) + j for j in range(3)] + [10_000 + 10 * i + j for j in range(int(g.integers(1, 3)))]
+              for i in range(n)]
+    prompts = [len(h) * tbs for h in hashes]
+    trace = make_trace("shared", np.sort(g.uniform(0, 40, n)), prompts, g.integers(3, 20, n), rebase=False)
+    return dataclasses.replace(trace, hash_ids=tuple(tuple(hashes[r]) for r in trace.row.tolist()), trace_block_size=tbs)
+
+
+def _pool(**kw) -> WorkerPool:
+    args = dict(table=golden_table("ar_core"), max_num_batched_tokens=128, max_num_seqs=4, block_size=8, num_gpu_blocks=40,
+                max_model_len=4096)
+    return WorkerPool(**{**args, **kw})
+
+
+def test_the_replay_reads_shared_prefixes_as_the_cached_engine_does():
+    """The orchestrated replay of a trace with hash_ids equals the compiled cached engine called directly, and reads
+    fewer prompt tokens than the same replay with prefix caching off (which equals a trace without hash_ids)."""
+    trace = _shared_trace()
+    pool = _pool()
+    [on] = run_replays([ReplayConfig("on", 0, np.zeros(5), aggregated=pool)], trace)
+    [off] = run_replays([ReplayConfig("off", 0, np.zeros(5), aggregated=dataclasses.replace(pool, prefix_caching=False))], trace)
+    [bare] = run_replays([ReplayConfig("bare", 0, np.zeros(5), aggregated=pool)], dataclasses.replace(trace, hash_ids=None))
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, 16, 8)
+    params = make_params(pool.table, max_num_batched_tokens=128, max_num_seqs=4, block_size=8, num_gpu_blocks=40, num_draft_tokens=0,
+                         accept_rates=np.zeros(5), max_model_len=4096, max_passes=10**6)
+    rq = trace.requests(16)
+    pk, capacity = ce.prompt_keys(keys, num_keys, 16)
+    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, max_num_seqs=4, max_num_batched_tokens=128, block_size=8,
+                           num_gpu_blocks=40, max_model_len=4096, num_keys=capacity)
+    direct = ce.cached_replay_jit(params, rq, pk, shapes)
+    n = len(trace)
+    np.testing.assert_array_equal(on.requests["first_token_ms"], np.asarray(direct.result.first_token_ms)[:n])
+    np.testing.assert_array_equal(on.requests["cache_hit_tokens"], np.asarray(direct.first_hit_tokens)[:n])
+    assert on.summary["prefix_caching"] == "modelled" and on.summary["cache_hit_tokens"] > 0
+    assert 0 < on.summary["prefix_hit_ratio"] < 1
+    assert off.summary["prefix_caching"] == "off" and bare.summary["prefix_caching"] == "no hash_ids"
+    for other in (off, bare):
+        assert not other.requests["cache_hit_tokens"].any()
+    np.testing.assert_array_equal(off.requests["ttft_ms"], bare.requests["ttft_ms"])
+    assert on.summary["mean_ttft_ms"] < off.summary["mean_ttft_ms"]
+
+
+def test_each_round_robin_replica_has_its_own_cache():
+    """Two replicas: each equals a one-replica replay of its own (round-robin) share of the trace."""
+    trace = _shared_trace(n=14, seed=8)
+    [two] = run_replays([ReplayConfig("two", 0, np.zeros(5), aggregated=_pool(replicas=2))], trace)
+    for r in (0, 1):
+        share = trace._take(np.flatnonzero(np.arange(len(trace)) % 2 == r))
+        [one] = run_replays([ReplayConfig("one", 0, np.zeros(5), aggregated=_pool())], share)
+        mine = two.requests["replica"] == r
+        np.testing.assert_array_equal(two.requests["cache_hit_tokens"][mine], one.requests["cache_hit_tokens"])
+        np.testing.assert_allclose(two.requests["e2e_ms"][mine], one.requests["e2e_ms"], rtol=1e-12)
+
+
+def test_loops_without_the_cache_say_so():
+    trace = _shared_trace()
+    pool = _pool()
+    assert prefix_caching_mode(ReplayConfig("a", 0, np.zeros(5), aggregated=pool), trace) == "modelled"
+    assert prefix_caching_mode(ReplayConfig("s", 2, np.array([0.5, 0.2, 0, 0, 0]), aggregated=pool), trace) == \
+        "not modelled: speculative decoding"
+    disagg = ReplayConfig("d", 0, np.zeros(5), prefill=pool, decode=pool, kv_bytes_per_token=1024, kv_transfer_bytes_per_s=1e9)
+    assert prefix_caching_mode(disagg, trace) == "not modelled: disaggregated deployment"
+    routed = ReplayConfig("r", 0, np.zeros(5), aggregated=_pool(replicas=2), router=Router(policy="kv"))
+    assert prefix_caching_mode(routed, trace) == "not modelled: routed replicas"
+    assert prefix_caching_mode(ReplayConfig("g", 0, np.zeros(5), aggregated=_pool(state_blocks=2)), trace) == "not modelled: grouped KV cache"
+    [r] = run_replays([disagg], trace)
+    assert r.summary["prefix_caching"] == "not modelled: disaggregated deployment" and not r.requests["cache_hit_tokens"].any()
+
+
+def test_mooncake_hash_ids_come_with_the_trace(tmp_path):
+    t = load_trace("mooncake_conversation_1k", max_requests=50)
+    rows = read_hash_ids(Path(ROOT / "jaxsim" / "data" / "traces" / "mooncake_conversation_1k.jsonl"))
+    assert t.trace_block_size == 512 and [list(h) for h in t.hash_ids] == [rows[r] for r in t.row.tolist()]
+    assert load_trace("azure_conv_1k", max_requests=5).hash_ids is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
+                   '{"timestamp": 1, "input_length": 600, "output_length": 4, "hash_ids": [1]}\n')
+    with pytest.raises(QueryError, match=r"bad.jsonl: row 2: 1 hash_ids for 600 input tokens at 512 tokens per hash"):
+        load_trace(bad)
+    with pytest.raises(QueryError, match=r"row 1: 2 hash_ids for 600 input tokens at 1024 tokens per hash"):
+        load_trace(bad, trace_block_size=1024)
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"timestamp": 5, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 1, "input_length": 100, "output_length": 4, "hash_ids": [1]}\n')
+    assert load_trace(good).hash_ids == ((1,), (1, 2))  # in arrival order, as the requests
+
+
+def _case_config(case: str, root: Path) -> tuple[Path, Path, dict]:
+    d = CASES_DIR / case
+    c = json.loads((d / "case.json").read_text())
+    prof = json.loads((d / "profile" / "profile.json").read_text())
+    cfg = root / f"{case}.toml"
+    cfg.write_text("\n".join([
+        f'model = "{prof["model"]}"', 'system = "h200_sxm"', 'backend_version = "0.24.0"', f'profile = "{d / "profile"}"',
+        f"block_size = {c['block_size']}", f"context_length = {c['context']}", "", "[roles.aggregated]", "tp = 1", "",
+    ]))
+    return cfg, d / "trace.jsonl", c
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_cli_replay_with_prefix_caching_reproduces_the_reference(case, tmp_path):
+    """`jaxsim replay` of the reference's prefix-caching cases (Mooncake traces with hash_ids, caching on by default):
+    every request's TTFT, E2E, admissions, preemptions and first-admission hit tokens are the reference's."""
+    cfg, trace, c = _case_config(case, tmp_path)
+    out = tmp_path / "out.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--trace-block-size", str(c["trace_block_size"]),
+                            "--output", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "prefix caching on:" in r.output
+    ref = [json.loads(x) for x in (CASES_DIR / case / "reference_requests.jsonl").read_text().splitlines() if x.strip()]
+    ref = {int(g["session_id"].removeprefix("request_")) - 1: g for g in ref}
+    t = pq.read_table(out).to_pydict()
+    for i, row in enumerate(t["row"]):
+        g = ref[row]
+        assert t["ttft_ms"][i] == pytest.approx(g["ttft_ms"], rel=1e-12, abs=1e-9), (case, row)
+        assert t["e2e_ms"][i] == pytest.approx(g["e2e_latency_ms"], rel=1e-12, abs=1e-9), (case, row)
+        assert (t["admissions"][i], t["preemptions"][i]) == (g["admission_count"], g["readmission_count"])
+        assert t["cache_hit_tokens"][i] == g["first_admission_reused_input_tokens"]
+    summary = json.loads(pq.read_schema(out).metadata[b"jaxsim.replay.summary"])[0]
+    assert summary["prefix_caching"] == "modelled"
+
+
+def test_cli_prefix_caching_false_and_bad_block_size(tmp_path):
+    """prefix_caching = false computes every prompt; a trace block size the hash_ids do not fit is one line, exit 2;
+    a non-boolean prefix_caching is refused naming the key (a real subprocess)."""
+    case = "fuzz-prefix-seed-4"
+    cfg, trace, c = _case_config(case, tmp_path)
+    text = cfg.read_text()
+    off = tmp_path / "off.toml"
+    off.write_text(text + "prefix_caching = false\n")
+    out = tmp_path / "off.parquet"
+    r = runner.invoke(app, ["replay", str(off), "--trace", str(trace), "--trace-block-size", str(c["trace_block_size"]),
+                            "--output", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "prefix caching off" in r.output
+    assert not any(pq.read_table(out).to_pydict()["cache_hit_tokens"])
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--trace-block-size", "7", "--output", str(tmp_path / "x.parquet")])
+    assert r.exit_code == 2 and "hash_ids for" in r.output and "row 1" in r.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text + 'prefix_caching = "yes"\n')
+    p = subprocess.run([sys.executable, "-m", "jaxsim", "replay", str(bad), "--trace", str(trace), "--output", str(tmp_path / "y.parquet")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2 and "prefix_caching" in p.stderr and "Traceback" not in p.stderr
