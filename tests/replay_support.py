@@ -25,6 +25,7 @@ from jaxsim.replay.engine import make_params
 from jaxsim.replay.traces import make_trace
 
 GOLDENS = Path(__file__).parent / "goldens" / "public"
+PREFIX_CASES = Path(__file__).parent / "data" / "prefix_cases"
 TABLES = ("ar_core", "sd_k2", "sd_k3")
 SLOTS = 16
 PAD = 16
@@ -356,3 +357,45 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                 completions += 1
         now, passes = end, passes + 1
     return reqs, lookups, status
+
+
+def pass_lookups(res) -> list:
+    """A replay's lookups pass by pass from its timeline, as ``oracle_replay`` lists them: ("prefill", requests,
+    tokens, kv) and ("decode", requests, kv)."""
+    from jaxsim.replay import metrics
+
+    tl = metrics.timeline_table(res)
+    out = []
+    for i in range(len(tl["pass"])):
+        if tl["prefill_requests"][i]:
+            out.append(("prefill", tl["prefill_requests"][i], tl["prefill_tokens"][i], tl["prefill_kv_tokens"][i]))
+        if tl["decode_requests"][i]:
+            out.append(("decode", tl["decode_requests"][i], tl["decode_kv_tokens"][i]))
+    return out
+
+
+@functools.cache
+def prefix_case(name: str):
+    """A reference prefix-caching case (tests/data/prefix_cases): its settings ``c``, the reference's records by
+    request (0-based), the table, the trace sorted by arrival (``order``: each position's request), its block
+    keys and the engine settings ``kw``."""
+    from types import SimpleNamespace
+
+    from jaxsim.replay.prefix_cache import block_keys, read_hash_ids
+
+    d = PREFIX_CASES / name
+    c = json.loads((d / "case.json").read_text())
+    ref = [json.loads(x) for x in (d / "reference_requests.jsonl").read_text().splitlines() if x.strip()]
+    ref = {int(r["session_id"].removeprefix("request_")) - 1: r for r in ref}
+    bundle = load_profile_dir(d / "profile")
+    table = compile_round_table(bundle.cell(bundle.profile.deployments[0]))
+    reqs = c["requests"]
+    t0 = min(r["timestamp"] for r in reqs)
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i]["timestamp"])
+    trace = make_trace(name, [reqs[i]["timestamp"] - t0 for i in order], [reqs[i]["input_length"] for i in order],
+                       [reqs[i]["output_length"] for i in order], rebase=False)
+    hashes = read_hash_ids(d / "trace.jsonl", c["trace_block_size"])
+    keys, num_keys = block_keys([hashes[i] for i in order], trace.input_tokens, c["trace_block_size"], c["block_size"])
+    kw = dict(max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"], block_size=c["block_size"],
+              num_gpu_blocks=c["blocks"], num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=c["context"])
+    return SimpleNamespace(dir=d, c=c, ref=ref, table=table, trace=trace, order=order, keys=keys, num_keys=num_keys, kw=kw)

@@ -5,7 +5,6 @@ with ``kv_cache.prefix_caching: true`` (tests/data/prefix_cases)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jax
@@ -13,14 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
-from replay_support import PAD, golden_table, oracle_replay
+from replay_support import PAD, golden_table, oracle_replay, pass_lookups, prefix_case
 
-from jaxsim.kernels.rounds import compile_round_table
-from jaxsim.profile import load_profile_dir
 from jaxsim.replay import cache_engine as ce
-from jaxsim.replay import metrics
 from jaxsim.replay.engine import COMPLETED, DONE, REJECTED, STALLED, make_params
-from jaxsim.replay.prefix_cache import block_keys, read_hash_ids
+from jaxsim.replay.prefix_cache import block_keys
 from jaxsim.replay.runner import stack_params
 from jaxsim.replay.traces import make_trace
 
@@ -38,22 +34,11 @@ def run_cached(table, trace, keys, num_keys, *, timeline_len=TIMELINE, **kw):
     return jax.tree.map(np.asarray, out)
 
 
-def lookups_of(res) -> list:
-    tl = metrics.timeline_table(res)
-    mine = []
-    for i in range(len(tl["pass"])):
-        if tl["prefill_requests"][i]:
-            mine.append(("prefill", tl["prefill_requests"][i], tl["prefill_tokens"][i], tl["prefill_kv_tokens"][i]))
-        if tl["decode_requests"][i]:
-            mine.append(("decode", tl["decode_requests"][i], tl["decode_kv_tokens"][i]))
-    return mine
-
-
 def assert_same_as_oracle(table, trace, keys, num_keys, kw):
     out = run_cached(table, trace, keys, num_keys, **kw)
     res = out.result
     reqs, lookups, status = oracle_replay(table, trace, **kw, block_keys=keys)
-    mine = lookups_of(res)
+    mine = pass_lookups(res)
     if status == "completed":
         assert int(res.status) == COMPLETED
         assert mine == lookups
@@ -133,21 +118,9 @@ CASES = sorted(p.name for p in CASES_DIR.iterdir() if p.is_dir())
 
 @pytest.mark.parametrize("case", CASES)
 def test_cached_engine_reproduces_the_reference(case):
-    d = CASES_DIR / case
-    c = json.loads((d / "case.json").read_text())
-    ref = [json.loads(x) for x in (d / "reference_requests.jsonl").read_text().splitlines() if x.strip()]
-    ref = {int(r["session_id"].removeprefix("request_")) - 1: r for r in ref}
-    bundle = load_profile_dir(d / "profile")
-    table = compile_round_table(bundle.cell(bundle.profile.deployments[0]))
-    reqs = c["requests"]
-    t0 = min(r["timestamp"] for r in reqs)
-    order = sorted(range(len(reqs)), key=lambda i: reqs[i]["timestamp"])
-    trace = make_trace(case, [reqs[i]["timestamp"] - t0 for i in order], [reqs[i]["input_length"] for i in order],
-                       [reqs[i]["output_length"] for i in order], rebase=False)
-    hashes = read_hash_ids(d / "trace.jsonl", c["trace_block_size"])
-    keys, num_keys = block_keys([hashes[i] for i in order], trace.input_tokens, c["trace_block_size"], c["block_size"])
-    kw = dict(max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"], block_size=c["block_size"],
-              num_gpu_blocks=c["blocks"], num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=c["context"])
+    pc = prefix_case(case)
+    ref, trace, order = pc.ref, pc.trace, pc.order
+    table, keys, num_keys, kw = pc.table, pc.keys, pc.num_keys, pc.kw
     out = run_cached(table, trace, keys, num_keys, timeline_len=0, **kw)
     res = out.result
     assert int(res.status) == COMPLETED

@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
-from replay_support import case_params, golden_table, oracle_replay, replay_cases
+from replay_support import case_params, golden_table, oracle_replay, prefix_case, replay_cases
 
 from jaxsim.errors import QueryError
-from jaxsim.kernels.rounds import compile_round_table
-from jaxsim.profile import load_profile_dir
 from jaxsim.replay.prefix_cache import block_keys, check_hash_ids, read_hash_ids
 from jaxsim.replay.traces import bundled_trace_path, make_trace
 
@@ -149,26 +147,11 @@ def test_shared_prefixes_hit_whole_blocks_and_never_the_whole_prompt(seed):
 
 @pytest.mark.parametrize("case", CASES)
 def test_oracle_reproduces_the_reference_with_prefix_caching(case):
-    d = CASES_DIR / case
-    c = json.loads((d / "case.json").read_text())
-    ref = [json.loads(x) for x in (d / "reference_requests.jsonl").read_text().splitlines() if x.strip()]
-    ref = {int(r["session_id"].removeprefix("request_")) - 1: r for r in ref}
-    cfg = json.loads((d / "reference.yaml").read_text())
+    pc = prefix_case(case)
+    ref, trace, order = pc.ref, pc.trace, pc.order
+    cfg = json.loads((pc.dir / "reference.yaml").read_text())
     assert cfg["engine"]["workers"]["aggregated"]["kv_cache"]["prefix_caching"] is True
-    bundle = load_profile_dir(d / "profile")
-    table = compile_round_table(bundle.cell(bundle.profile.deployments[0]))
-    reqs = c["requests"]
-    t0 = min(r["timestamp"] for r in reqs)
-    order = sorted(range(len(reqs)), key=lambda i: reqs[i]["timestamp"])
-    trace = make_trace(case, [reqs[i]["timestamp"] - t0 for i in order], [reqs[i]["input_length"] for i in order],
-                       [reqs[i]["output_length"] for i in order], rebase=False)
-    hashes = read_hash_ids(d / "trace.jsonl", c["trace_block_size"])
-    keys, _ = block_keys([hashes[i] for i in order], trace.input_tokens, c["trace_block_size"], c["block_size"])
-    out, _, status = oracle_replay(
-        table, trace, max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"],
-        block_size=c["block_size"], num_gpu_blocks=c["blocks"], num_draft_tokens=0, accept_rates=np.zeros(5),
-        max_model_len=c["context"], block_keys=keys,
-    )
+    out, _, status = oracle_replay(pc.table, trace, **pc.kw, block_keys=pc.keys)
     assert status == "completed"
     assert sum(g["reused_input_tokens"] for g in ref.values()) > 0
     for r in out:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
-from replay_support import PAD, SLOTS, oracle_replay, padded_tables, replay_cases
+from replay_support import PAD, SLOTS, oracle_replay, padded_tables, pass_lookups, replay_cases
 
 from jaxsim.acceptance import pad_rates
 from jaxsim.kernels.acceptance import expected_tokens_per_round
@@ -63,13 +63,7 @@ def test_engine_matches_per_request_oracle(scenario):
     res = _run(make_params(t, **kw), trace)
     reqs, lookups, status = oracle_replay(t, trace, **kw)
     assert int(res.num_passes) <= TIMELINE  # the whole pass record is compared
-    tl = metrics.timeline_table(res)
-    mine = []
-    for i in range(len(tl["pass"])):
-        if tl["prefill_requests"][i]:
-            mine.append(("prefill", tl["prefill_requests"][i], tl["prefill_tokens"][i], tl["prefill_kv_tokens"][i]))
-        if tl["decode_requests"][i]:
-            mine.append(("decode", tl["decode_requests"][i], tl["decode_kv_tokens"][i]))
+    mine = pass_lookups(res)
     if status == "completed":
         assert int(res.status) == COMPLETED
         assert mine == lookups
