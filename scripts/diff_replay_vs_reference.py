@@ -314,6 +314,7 @@ replicas = 1
 max_num_batched_tokens = {case['max_num_batched_tokens']}
 max_num_seqs = {case['max_num_seqs']}
 gpu_memory_utilization = {GPU_MEMORY_UTILIZATION}
+prefix_caching = {"true" if "hash_ids" in case else "false"}
 """)
     eng = {"mode": "aggregated", "model": MODEL, "fpm_profile": profile_json(case), "hardware": SYSTEM, "backend": "vllm",
            "backend_version": BACKEND_VERSION, "estimation_mode": "fpm_interpolation",
@@ -397,8 +398,9 @@ def run_jaxsim(d: Path) -> dict:
     from jaxsim.cli.main import app
 
     out = d / "jaxsim.parquet"
+    tbs = json.loads((d / "reference.yaml").read_text())["traffic"]["source"]["block_size"]
     r = CliRunner().invoke(app, ["replay", str(d / "jaxsim.toml"), "--trace", str(d / "trace.jsonl"), "--output", str(out),
-                                 "--force", "--no-progress", "--json", "--allow-incomplete"])
+                                 "--trace-block-size", str(tbs), "--force", "--no-progress", "--json", "--allow-incomplete"])
     if r.exit_code != 0:
         return {"status": f"cli exit {r.exit_code}: {r.output.strip().splitlines()[-1:] or ''}", "rows": {}}
     rows = pq.read_table(out).to_pylist()

@@ -62,7 +62,9 @@ def test_the_cases_are_present():
 def test_cli_replay_reproduces_the_reference(case, tmp_path):
     d = CASES_DIR / case
     out = tmp_path / "out.parquet"
-    r = runner.invoke(app, ["replay", str(d / "jaxsim.toml"), "--trace", str(d / "trace.jsonl"), "--output", str(out), "--no-progress"])
+    tbs = json.loads((d / "reference.yaml").read_text())["traffic"]["source"]["block_size"]  # the trace's tokens per hash id
+    r = runner.invoke(app, ["replay", str(d / "jaxsim.toml"), "--trace", str(d / "trace.jsonl"), "--trace-block-size", str(tbs),
+                            "--output", str(out), "--no-progress"])
     assert r.exit_code == 0, r.output
     t = pq.read_table(out).to_pylist()
     ref = _reference(case)
