@@ -165,11 +165,11 @@ def test_oracle_reproduces_the_reference_with_prefix_caching(case):
 # sweep: a workload's expected prefix-hit ratio lowers its prefill work
 
 
-def _sweep_spec(**wl):
+def _sweep_spec(profile_keys: dict | None = None, **wl):
     from jaxsim.sweep import spec as sp
 
     tables = Path(__file__).parent / "goldens" / "public" / "tables"
-    d = {"name": "t", "block_size": 16, "gpu_budget": 2, "profile": [{"name": str(tables / "ar_core"), "label": "ar"}],
+    d = {"name": "t", "block_size": 16, "gpu_budget": 2, "profile": [{"name": str(tables / "ar_core"), "label": "ar", **(profile_keys or {})}],
          "serving": {"mode": ["aggregated"]}, "scheduler": {"concurrency": [1, 8]},
          "workload": [{"name": "w", "isl": [1024], "osl": 64, **wl}]}
     return sp.spec_from_dict(d, source="t.toml")
@@ -195,9 +195,8 @@ def test_sweep_workload_prefix_hit_ratio_lowers_ttft():
     from jaxsim.sweep import spec as sp
 
     out = {}
-    for ratio in (0.0, 0.5):
-        plan = sp.plan_sweep(_sweep_spec(prefix_hit_ratio=ratio))
-        assert plan.spec.workloads[0].prefix_hit_ratio == ratio
+    for ratio, keys in ((0.0, {}), (0.5, {}), ("off", {"prefix_caching": False})):
+        plan = sp.plan_sweep(_sweep_spec(keys, prefix_hit_ratio=0.5 if ratio == "off" else ratio))
         cfgs = jax_tree_asarray(plan.inputs(np.arange(plan.num_configs)))
         g = plan.groups[0]
         fn = jax.vmap(ev.evaluate_config, in_axes=(None, None, None, None, None, 0))
@@ -206,6 +205,10 @@ def test_sweep_workload_prefix_hit_ratio_lowers_ttft():
         out[ratio] = np.asarray(m.mean_ttft_ms)
     both = np.isfinite(out[0.5]) & np.isfinite(out[0.0])  # NaN: a lookup outside the table's support (the closed loop's prompt wave)
     assert both.any() and np.all(out[0.5][both] < out[0.0][both])
+    # a profile with prefix_caching = false computes every prompt whatever the workload's ratio
+    np.testing.assert_array_equal(out["off"], out[0.0])
+    with pytest.raises(sp.SpecError, match=r"profile\[0\].prefix_caching: expected a boolean"):
+        _sweep_spec({"prefix_caching": "yes"})
     assert np.all(np.isfinite(out[0.5]) >= np.isfinite(out[0.0]))  # a cached prefix never leaves support where computing it all stays inside
 
 

@@ -453,7 +453,8 @@ def shapes_for(input_tokens: np.ndarray, output_tokens: np.ndarray, *, max_num_s
     """Static capacities that serve a trace on configurations up to these settings (host-side), in powers of two so
     that nearby traces and settings share one compilation (:func:`widest` combines several)."""
     prompt = np.asarray(input_tokens, np.int64)
-    longest = int(np.max(np.minimum(prompt + np.asarray(output_tokens, np.int64), np.maximum(max_model_len, prompt)))) if prompt.size else 1
+    # a request holds at most max_model_len tokens (a prompt at or over it is rejected and holds nothing)
+    longest = int(np.max(np.minimum(prompt + np.asarray(output_tokens, np.int64), max_model_len))) if prompt.size else 1
     table = int(pow2_bucket(int(blocks_for(max(longest, 1), block_size)), 16))
     pool = int(pow2_bucket(int(num_gpu_blocks), 64))
     grow = int(pow2_bucket(-(-int(max_num_batched_tokens) // int(block_size)) + 1, 8))
