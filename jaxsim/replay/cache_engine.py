@@ -92,8 +92,11 @@ class Shapes(NamedTuple):
 
 
 def _row(s: CacheState, r) -> eng.RequestState:
-    """Row ``r`` (a one-row RequestState: read its fields with ``[0]``)."""
-    return s.engine.requests.rows(jnp.reshape(r, (1,)))
+    """Row ``r`` (a one-row RequestState: read its fields with ``[0]``), each field computed once into its own buffer:
+    XLA would otherwise re-read the request arrays inside every consumer, possibly after :func:`_put` wrote them in
+    place, and so copy them (every request of every pass; see :mod:`jaxsim.replay.block_pool`)."""
+    row = s.engine.requests.rows(jnp.reshape(jnp.clip(r, 0, s.engine.requests.num_rows - 1), (1,)))
+    return jax.tree.map(lambda a: jnp.cumsum(jnp.stack([a, jnp.zeros_like(a)]), axis=0)[0], row)
 
 
 def _set(row: eng.RequestState, **fields) -> eng.RequestState:
@@ -101,9 +104,24 @@ def _set(row: eng.RequestState, **fields) -> eng.RequestState:
     return row.replace(**{k: jnp.reshape(jnp.asarray(v), (1,)) for k, v in fields.items()})
 
 
+def _set_at(x, i, v, on=True):
+    """``x`` with entry ``i`` set to ``v`` where ``on`` and ``i`` is inside, in place (a ``mode="drop"`` scatter is a
+    select over the whole array)."""
+    safe = jnp.clip(i, 0, x.shape[0] - 1)
+    keep = jnp.asarray(on) & (i >= 0) & (i < x.shape[0])
+    return jax.lax.dynamic_update_index_in_dim(x, jnp.where(keep, v, x[safe]).astype(x.dtype), safe, 0)
+
+
 def _put(s: CacheState, r, row: eng.RequestState) -> CacheState:
-    requests = s.engine.requests.write(jnp.reshape(r, (1,)), row)
-    return eqx.tree_at(lambda t: t.engine.requests, s, requests)
+    """``row`` written at row ``r`` in place (nothing when ``r`` is past the last row)."""
+    n = s.engine.requests.num_rows
+    safe = jnp.clip(r, 0, n - 1)
+
+    def one(a, v):
+        old = jax.lax.dynamic_slice_in_dim(a, safe, 1)
+        return jax.lax.dynamic_update_slice_in_dim(a, jnp.where(r < n, v.astype(a.dtype), old), safe, 0)
+
+    return eqx.tree_at(lambda t: t.engine.requests, s, jax.tree.map(one, s.engine.requests, row))
 
 
 def _key_at(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt):
@@ -147,7 +165,7 @@ def _preempt_tail(s: CacheState) -> CacheState:
     pad = e.requests.num_rows - 1
     return eqx.tree_at(
         lambda x: (x.engine.running, x.engine.num_running, x.engine.preempted, x.engine.num_preempted), s,
-        (e.running.at[e.num_running - 1].set(pad), e.num_running - 1, e.preempted.at[e.num_preempted].set(v), e.num_preempted + 1),
+        (_set_at(e.running, e.num_running - 1, pad), e.num_running - 1, _set_at(e.preempted, e.num_preempted, v), e.num_preempted + 1),
     )
 
 
@@ -194,9 +212,9 @@ def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
         s, grown = _grow(p, consts, pk, shapes, s, r, row, target, kept)
         s = _put(s, jnp.where(kept, r, s.engine.requests.num_rows), grown)
         sched = Schedule(
-            kind=w.sched.kind.at[w.idx].set(jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
-            tokens=w.sched.tokens.at[w.idx].set(jnp.where(kept, tokens, 0)),
-            computed_before=w.sched.computed_before.at[w.idx].set(computed),
+            kind=_set_at(w.sched.kind, w.idx, jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
+            tokens=_set_at(w.sched.tokens, w.idx, jnp.where(kept, tokens, 0)),
+            computed_before=_set_at(w.sched.computed_before, w.idx, computed),
         )
         return _ListWalk(s=s, sched=sched, idx=w.idx + kept, budget=w.budget - jnp.where(kept, tokens, 0),
                          preempted=w.preempted + n, lost=(~kept & (w.idx == 0)) | w.lost)
@@ -256,9 +274,8 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         s = eqx.tree_at(
             lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
                        x.engine.num_preempted, x.engine.next_arrival), s,
-            (pool, s.table.at[at].set(t, mode="drop"),
-             s.first_hit_tokens.at[at].set(jnp.where(row.admissions[0] == 0, cached, s.first_hit_tokens[r]), mode="drop"),
-             s.hit_tokens.at[at].set(cached, mode="drop"), e.running.at[jnp.where(fits, slot, e.running.shape[0])].set(r, mode="drop"),
+            (pool, _set_at(s.table, r, t, fits), _set_at(s.first_hit_tokens, r, cached, fits & (row.admissions[0] == 0)),
+             _set_at(s.hit_tokens, r, cached, fits), _set_at(e.running, slot, r, fits),
              e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
         )
         admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
@@ -266,9 +283,9 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         s = _put(s, at, grown)
         slot = e.num_running
         sched = Schedule(
-            kind=a.sched.kind.at[slot].set(jnp.where(fits, PREFILL, a.sched.kind[slot])),
-            tokens=a.sched.tokens.at[slot].set(jnp.where(fits, tokens, a.sched.tokens[slot])),
-            computed_before=a.sched.computed_before.at[slot].set(jnp.where(fits, cached, a.sched.computed_before[slot])),
+            kind=_set_at(a.sched.kind, slot, PREFILL, fits),
+            tokens=_set_at(a.sched.tokens, slot, tokens, fits),
+            computed_before=_set_at(a.sched.computed_before, slot, cached, fits),
         )
         return _Admit(s=s, sched=sched, budget=a.budget - jnp.where(fits, tokens, 0), admitted=a.admitted + fits, blocked=~fits)
 
