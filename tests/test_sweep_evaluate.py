@@ -262,9 +262,11 @@ def test_throughput_per_gpu_is_non_decreasing_in_acceptance(golden, d):
     st = np.asarray(m.status)
     assert (st < kst.FIRST_UNSUPPORTED).all(), st
     tput = np.asarray(m.output_tokens_per_s_per_gpu)
-    # 1e-5, not float noise: a bump of 1e-9 in acceptance (rates [1e-9, 0, 0], isl 16, osl 1364, conc 1, k 1) moves the
-    # decode round by +1.7e-6 relative while the rounds fall by 1e-9 (found by hypothesis in CI, 2026-12-06; the same
-    # jump at rates 1e-3, none at bump 0): a small step in the steady-state round price, not yet explained
+    # 1e-5, one KV token: the round is priced at whole KV tokens, round(batch x mean KV per request) at each
+    # trajectory node. Found by hypothesis (CI, 2026-12-06): isl 16, osl 1364, conc 1, k 1, rates [1e-9, 0, 0] + 1e-9.
+    # The middle node's mean KV is 16 + 0.5 x 1363 = 697.5; the class share (1 to within one ulp, w x r / sum) puts it
+    # at 697.4999999999999 for one acceptance and 697.5 for the other, so the KV rounds to 697 or 698 tokens and
+    # the round moves by 1.7e-6 while the rounds fall by 1e-9.
     assert tput[1] >= tput[0] * (1 - 1e-5)
 
 
