@@ -22,7 +22,7 @@ from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool
 from jaxsim.replay.engine import make_params
 from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
-from jaxsim.replay.prefix_cache import block_keys, read_hash_ids
+from jaxsim.replay.prefix_cache import HashIds, block_keys, read_hash_ids
 from jaxsim.replay.traces import load_trace, make_trace
 from jaxsim.router import Router
 
@@ -39,7 +39,7 @@ def _shared_trace(n: int = 12, seed: int = 3, tbs: int = 16):
               for i in range(n)]
     prompts = [len(h) * tbs for h in hashes]
     trace = make_trace("shared", np.sort(g.uniform(0, 40, n)), prompts, g.integers(3, 20, n), rebase=False)
-    return dataclasses.replace(trace, hash_ids=tuple(tuple(hashes[r]) for r in trace.row.tolist()), trace_block_size=tbs)
+    return dataclasses.replace(trace, hash_ids=HashIds.from_rows([hashes[r] for r in trace.row.tolist()]), trace_block_size=tbs)
 
 
 def _pool(**kw) -> WorkerPool:
@@ -106,7 +106,8 @@ def test_loops_without_the_cache_say_so():
 def test_mooncake_hash_ids_come_with_the_trace(tmp_path):
     t = load_trace("mooncake_conversation_1k", max_requests=50)
     rows = read_hash_ids(Path(ROOT / "jaxsim" / "data" / "traces" / "mooncake_conversation_1k.jsonl"))
-    assert t.trace_block_size == 512 and [list(h) for h in t.hash_ids] == [rows[r] for r in t.row.tolist()]
+    assert t.trace_block_size == 512 and [h.tolist() for h in t.hash_ids] == [rows[r] for r in t.row.tolist()]
+    assert [h.tolist() for h in t.hash_ids.take([3, 0])] == [rows[t.row[3]], rows[t.row[0]]]
     assert load_trace("azure_conv_1k", max_requests=5).hash_ids is None
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
@@ -118,7 +119,7 @@ def test_mooncake_hash_ids_come_with_the_trace(tmp_path):
     good = tmp_path / "good.jsonl"
     good.write_text('{"timestamp": 5, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}\n'
                     '{"timestamp": 1, "input_length": 100, "output_length": 4, "hash_ids": [1]}\n')
-    assert load_trace(good).hash_ids == ((1,), (1, 2))  # in arrival order, as the requests
+    assert [h.tolist() for h in load_trace(good).hash_ids] == [[1], [1, 2]]  # in arrival order, as the requests
 
 
 def _case_config(case: str, root: Path) -> tuple[Path, Path, dict]:

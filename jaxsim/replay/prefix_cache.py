@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,37 @@ import numpy as np
 from jaxsim.errors import QueryError
 
 DEFAULT_TRACE_BLOCK_SIZE = 512  # Mooncake: one hash id per 512 prompt tokens (the reference's default)
+
+
+@dataclass(frozen=True, eq=False)
+class HashIds:
+    """Per request, its prompt's hash ids, flat: request ``i``'s are ``values[offsets[i]:offsets[i + 1]]`` (a
+    sequence of int64 arrays; a million-row trace is two arrays, not a million lists)."""
+
+    values: np.ndarray  # int64
+    offsets: np.ndarray  # int64, one more than the requests
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[int]]) -> HashIds:
+        lengths = np.array([len(r) for r in rows], np.int64)
+        values = np.concatenate([np.asarray(r, np.int64) for r in rows]) if rows else np.zeros(0, np.int64)
+        return cls(values.astype(np.int64), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+    def __len__(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i]: self.offsets[i + 1]]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def take(self, index) -> HashIds:
+        """The requests at ``index`` (in that order)."""
+        index = np.asarray(index, np.int64)
+        starts, lengths = self.offsets[:-1][index], np.diff(self.offsets)[index]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return HashIds(self.values[np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))], offsets)
 
 
 def check_hash_ids(hash_ids: Sequence[int], input_tokens: int, trace_block_size: int) -> str | None:
@@ -44,7 +76,7 @@ def check_hash_ids(hash_ids: Sequence[int], input_tokens: int, trace_block_size:
 
 
 def block_keys(
-    hash_ids: Sequence[Sequence[int]], input_tokens: Sequence[int] | np.ndarray, trace_block_size: int, block_size: int,
+    hash_ids: Sequence[Sequence[int]] | HashIds, input_tokens: Sequence[int] | np.ndarray, trace_block_size: int, block_size: int,
 ) -> tuple[list[np.ndarray], int]:
     """Per request, the keys (int64, from 0) of its prompt's full KV blocks of ``block_size`` tokens,
     and the number of distinct keys. Equal keys are equal blocks (same position, same tokens)."""
@@ -68,18 +100,29 @@ def block_keys(
     return out, len(keys)
 
 
+def read_hash_id_table(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> HashIds:
+    """:func:`read_hash_ids` as a flat :class:`HashIds` (read by pyarrow when every row is well formed)."""
+    _check_block_size(trace_block_size)
+    fast = _hash_ids_by_arrow(Path(path), int(trace_block_size))
+    return fast if fast is not None else HashIds.from_rows(read_hash_ids(path, trace_block_size))
+
+
+def _check_block_size(trace_block_size) -> None:
+    if isinstance(trace_block_size, bool) or int(trace_block_size) != trace_block_size or int(trace_block_size) < 1:
+        raise QueryError(f"trace_block_size={trace_block_size!r} must be an integer >= 1")
+
+
 def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> list[list[int]]:
     """The ``hash_ids`` of a Mooncake JSONL trace, in row order, each checked against its row's
     ``input_length`` at ``trace_block_size`` tokens per hash (:func:`check_hash_ids`). Bad input: a
     one-line :class:`~jaxsim.errors.QueryError` naming the file and the 1-based row."""
     from jaxsim.replay.traces import _read_jsonl
 
-    if isinstance(trace_block_size, bool) or int(trace_block_size) != trace_block_size or int(trace_block_size) < 1:
-        raise QueryError(f"trace_block_size={trace_block_size!r} must be an integer >= 1")
+    _check_block_size(trace_block_size)
     path = Path(path)
     fast = _hash_ids_by_arrow(path, int(trace_block_size))
     if fast is not None:
-        return fast
+        return [row.tolist() for row in fast]
     out = []
     for i, obj in _read_jsonl(path):
         where = f"{path}: row {i}"
@@ -98,7 +141,7 @@ def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE
     return out
 
 
-def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> list[list[int]] | None:
+def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> HashIds | None:
     """:func:`read_hash_ids` by pyarrow when every row is well formed (None otherwise: the row reader then names the
     first bad row)."""
     import pyarrow as pa
@@ -110,7 +153,7 @@ def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> list[list[int]] | N
         table = pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
     except (pa.ArrowException, OSError):
         return None
-    hashes, inp = table.column("hash_ids").combine_chunks(), table.column("input_length")
+    hashes, inp = table.column("hash_ids").combine_chunks(), table.column("input_length").combine_chunks()
     if table.num_rows == 0 or hashes.null_count or inp.null_count:
         return None
     n = inp.to_numpy()
@@ -118,8 +161,7 @@ def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> list[list[int]] | N
     values = hashes.flatten().to_numpy()
     if np.any(n < 1) or np.any(lengths != -(-n // trace_block_size)) or (values.size and int(values.min()) < 0):
         return None
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    return [values[offsets[i]: offsets[i + 1]].tolist() for i in range(n.size)]
+    return HashIds(values.astype(np.int64), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
 
 
 def measured_hit_ratio(hash_ids: Sequence[Sequence[int]], input_tokens: Sequence[int],

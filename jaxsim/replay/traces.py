@@ -29,7 +29,7 @@ from jaxsim import limits
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
-from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, read_hash_ids
+from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, HashIds, read_hash_id_table
 
 __all__ = [
     "FORMATS", "SESSION_FIELDS", "Sessions", "Trace", "read_sessions",
@@ -94,7 +94,7 @@ class Trace:
     row: np.ndarray
     source: str = ""
     sessions: Sessions | None = None
-    hash_ids: tuple[tuple[int, ...], ...] | None = None
+    hash_ids: HashIds | None = None
     trace_block_size: int = 512  # prompt tokens per hash id (Mooncake's and the reference's default)
 
     def __len__(self) -> int:
@@ -103,7 +103,7 @@ class Trace:
     def _take(self, keep: np.ndarray) -> Trace:
         keep = np.asarray(keep, np.int64)
         sessions = None if self.sessions is None else self.sessions.take(keep)
-        hash_ids = None if self.hash_ids is None else tuple(self.hash_ids[i] for i in keep.tolist())
+        hash_ids = None if self.hash_ids is None else self.hash_ids.take(keep)
         return replace(self, arrival_ms=self.arrival_ms[keep], input_tokens=self.input_tokens[keep], output_tokens=self.output_tokens[keep],
                        row=self.row[keep], sessions=sessions, hash_ids=hash_ids)
 
@@ -522,8 +522,7 @@ def load_trace(
     if key in _BUNDLED:
         trace = replace(trace, name=key)
     if kind == "mooncake" and _mentions(path, (b'"hash_ids"',)):
-        rows = read_hash_ids(path, trace_block_size)
-        trace = replace(trace, hash_ids=tuple(tuple(rows[r]) for r in trace.row.tolist()), trace_block_size=int(trace_block_size))
+        trace = replace(trace, hash_ids=read_hash_id_table(path, trace_block_size).take(trace.row), trace_block_size=int(trace_block_size))
     if len(trace) == 0:
         raise QueryError(f"{path}: the trace has no requests")
     if max_duration_ms is not None:
