@@ -37,7 +37,7 @@ params = make_params(table, **kw)
 keys, nk = block_keys(hashes, trace.input_tokens, tbs, bs)
 rq = trace.requests(1 << (n - 1).bit_length())
 pk, cap = ce.prompt_keys(keys, nk, rq.arrival_ms.shape[0])
-settings = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "max_model_len")
+settings = ("max_num_seqs", "block_size", "num_gpu_blocks", "max_model_len")
 shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=cap, **{k: kw[k] for k in settings})
 
 def best(f, reps=3):

@@ -461,7 +461,7 @@ def run_cached(case: dict, d: Path) -> dict:
     pad = int(pow2_bucket(len(trace), 16))
     pk, capacity = ce.prompt_keys(keys, num_keys, pad)
     shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=capacity, **{
-        k: kw[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "max_model_len")})
+        k: kw[k] for k in ("max_num_seqs", "block_size", "num_gpu_blocks", "max_model_len")})
     out = jax.tree.map(np.asarray, ce.cached_replay_jit(make_params(table, **kw), trace.requests(pad), pk, shapes))
     res = out.result
     rows = {}

@@ -21,7 +21,7 @@ from jaxsim.replay.runner import stack_params
 from jaxsim.replay.traces import make_trace
 
 TIMELINE = 512
-ONE_COMPILATION = ce.Shapes(slots=8, table_blocks=64, grow_blocks=64, pool_blocks=4096, num_keys=1024)  # covers the random cases
+ONE_COMPILATION = ce.Shapes(slots=8, table_blocks=64, pool_blocks=4096, num_keys=1024)  # covers the random cases
 CASES_DIR = Path(__file__).parent / "data" / "prefix_cases"
 
 
@@ -29,7 +29,7 @@ def run_cached(table, trace, keys, num_keys, *, timeline_len=TIMELINE, **kw):
     params = make_params(table, **kw)
     pk, key_capacity = ce.prompt_keys(keys, num_keys, PAD)
     shapes = ce.widest(ONE_COMPILATION, ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=key_capacity, **{
-        k: kw[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "max_model_len")}))
+        k: kw[k] for k in ("max_num_seqs", "block_size", "num_gpu_blocks", "max_model_len")}))
     out = ce.cached_replay_jit(params, trace.requests(PAD), pk, shapes, timeline_len=timeline_len)
     return jax.tree.map(np.asarray, out)
 
@@ -149,7 +149,7 @@ def test_a_stack_of_configurations_equals_one_by_one():
     stacked_params = stack_params([make_params(table, **kw) for kw in settings_])
     pk, capacity = ce.prompt_keys(keys, num_keys, PAD)
     shapes = ce.widest(ONE_COMPILATION, *[ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=capacity, **{
-        k: kw[k] for k in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks", "max_model_len")})
+        k: kw[k] for k in ("max_num_seqs", "block_size", "num_gpu_blocks", "max_model_len")})
         for kw in settings_])
     rq = trace.requests(PAD)
     items = len(settings_)

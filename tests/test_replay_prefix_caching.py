@@ -61,7 +61,7 @@ def test_the_replay_reads_shared_prefixes_as_the_cached_engine_does():
                          accept_rates=np.zeros(5), max_model_len=4096, max_passes=10**6)
     rq = trace.requests(16)
     pk, capacity = ce.prompt_keys(keys, num_keys, 16)
-    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, max_num_seqs=4, max_num_batched_tokens=128, block_size=8,
+    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, max_num_seqs=4, block_size=8,
                            num_gpu_blocks=40, max_model_len=4096, num_keys=capacity)
     direct = ce.cached_replay_jit(params, rq, pk, shapes)
     n = len(trace)

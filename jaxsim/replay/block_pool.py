@@ -3,7 +3,7 @@
 The specification is ``_Pool`` in ``tests/replay_support.py`` (vLLM's ``block_pool.py`` as the reference's
 replay implements it): every block has a reference count and at most one cached hash (here a block key,
 :func:`jaxsim.replay.prefix_cache.block_keys`; blocks holding generated tokens get keys of their own request,
-:func:`request_block_keys`). A free block is either *plain* (it holds no cached hash: handed out first, any
+:func:`jaxsim.replay.cache_engine`). A free block is either *plain* (it holds no cached hash: handed out first, any
 order) or *cached* (handed out after every plain block, the least recently released first; handing it out
 evicts its hash). A request releases its blocks tail first, so its prefix is evicted last.
 
@@ -29,6 +29,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Int64
+
+from jaxsim.replay.engine import _materialize as materialize
 
 NEVER = jnp.iinfo(jnp.int64).max  # a sequence number above every registered block's
 _NO_VALUE = jnp.iinfo(jnp.int64).min  # no cell ever holds it (see _Rows.write)
@@ -96,18 +98,6 @@ def empty_pool(num_blocks: Int64[Array, ""], capacity: int, num_keys: int, table
     )
 
 
-def request_block_keys(
-    prompt_keys: Int64[Array, " F"], offset: Int64[Array, ""], prompt_blocks: Int64[Array, ""], row: Int64[Array, ""],
-    num_keys: int, table_blocks: int, start: Int64[Array, ""] | int = 0, width: int | None = None,
-) -> Int64[Array, " W"]:
-    """The keys of a request's blocks ``[start, start + width)`` (default: all ``table_blocks``): its prompt's full
-    blocks (``prompt_keys[offset:]``, shared across requests), then blocks holding generated tokens (keyed by request
-    row and position: only the request's own recompute reads them back)."""
-    j = start + jnp.arange(table_blocks if width is None else width, dtype=jnp.int64)
-    shared = prompt_keys[jnp.clip(offset + j, 0, prompt_keys.shape[0] - 1)]
-    return jnp.where(j < prompt_blocks, shared, num_keys + row * table_blocks + j)
-
-
 # ----------------------------------------------------------------------------------------------------
 # reads
 
@@ -142,13 +132,6 @@ def leading_hits(pool: BlockPool, keys: Int64[Array, " B"], limit: Int64[Array, 
 # cell by cell, in place
 
 
-def _materialize(x):
-    """``x``, computed once into its own buffer: XLA:CPU would otherwise fuse (duplicate) a cheap read into every
-    consumer, each then reading the array's old version, possibly after its in-place write (``optimization_barrier``
-    is dropped; a scan's first element is not fused: :func:`jaxsim.replay.engine._materialize`)."""
-    return jnp.cumsum(jnp.stack([x, jnp.zeros_like(x)]), axis=0)[0]
-
-
 class _Rows:
     """``rows`` changed cell by cell in program order: :meth:`read` reads the latest version and :meth:`write`
     makes its value depend on every value read (or :meth:`note`-d) since the previous write, so XLA finishes
@@ -158,7 +141,7 @@ class _Rows:
         self.rows, self.pending = rows, []
 
     def read(self, r, c: int):
-        v = _materialize(self.rows[jnp.clip(r, 0, self.rows.shape[0] - 1), c])
+        v = materialize(self.rows[jnp.clip(r, 0, self.rows.shape[0] - 1), c])
         self.pending.append(v)
         return v
 
@@ -177,8 +160,10 @@ class _Rows:
         self.pending = []
 
 
-def _set(x, i, v, on=True):
-    """``x`` (1-D) with entry ``i`` set to ``v`` where ``on`` and ``i`` is inside (a read and write of one entry: in place)."""
+def set_entry(x, i, v, on=True):
+    """``x`` with entry ``i`` (along its first axis) set to ``v`` where ``on`` and ``i`` is inside: one read and one
+    ``dynamic_update_slice`` of that entry, which XLA does in place (a ``mode="drop"`` scatter is a select over the
+    whole array, and a copy of it)."""
     safe = jnp.clip(i, 0, x.shape[0] - 1)
     return jax.lax.dynamic_update_index_in_dim(x, jnp.where(jnp.asarray(on) & (i >= 0) & (i < x.shape[0]), v, x[safe]).astype(x.dtype), safe, 0)
 
@@ -265,7 +250,7 @@ def open_table(pool: BlockPool, hits: Int64[Array, " B"], num_hits: Int64[Array,
     j = jnp.arange(hits.shape[0], dtype=jnp.int64)
     pool = eqx.tree_at(
         lambda q: (q.tables, q.table_len, q.free_top), pool,
-        (_set(pool.tables, t, jnp.where(j < num_hits, hits, 0), enabled), _set(pool.table_len, t, num_hits, enabled),
+        (set_entry(pool.tables, t, jnp.where(j < num_hits, hits, 0), enabled), set_entry(pool.table_len, t, num_hits, enabled),
          pool.free_top - enabled),
     )
     return pool, t
@@ -290,7 +275,7 @@ def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> B
         return _with(pool, rows, q, plain_top=pool.plain_top - plain, tables=_set_cell(pool.tables, table, n + i, b))
 
     pool = jax.lax.fori_loop(0, count, one, pool)
-    return eqx.tree_at(lambda q: q.table_len, pool, _set(pool.table_len, table, n + count))
+    return eqx.tree_at(lambda q: q.table_len, pool, set_entry(pool.table_len, table, n + count))
 
 
 def register(pool: BlockPool, table: Int64[Array, ""], start: Int64[Array, ""], full: Int64[Array, ""], key_at) -> BlockPool:
@@ -324,7 +309,7 @@ def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) 
         freed = ref == 1
         cached = freed & (key >= 0)
         plain = freed & ~cached
-        stack, top = _set(pool.plain, pool.plain_top, b, plain), pool.plain_top + plain
+        stack, top = set_entry(pool.plain, pool.plain_top, b, plain), pool.plain_top + plain
         rows.note(stack[jnp.clip(pool.plain_top, 0, stack.shape[0] - 1)], top)
         q = _queue_append(rows, _queue(pool), b, cached)
         rows.write(b, REF, ref - 1)
@@ -333,5 +318,5 @@ def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) 
     pool = jax.lax.fori_loop(0, jnp.where(enabled, n, 0), one, pool)
     return eqx.tree_at(
         lambda q: (q.table_len, q.free_tables, q.free_top), pool,
-        (_set(pool.table_len, table, 0, enabled), _set(pool.free_tables, pool.free_top, table, enabled), pool.free_top + enabled),
+        (set_entry(pool.table_len, table, 0, enabled), set_entry(pool.free_tables, pool.free_top, table, enabled), pool.free_top + enabled),
     )

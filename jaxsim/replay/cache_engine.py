@@ -17,7 +17,8 @@ The running list and the waiting queue are walked one request at a time (``lax.w
 oracle: an admission's hits can be blocks an earlier request of the same pass just allocated. Autoregressive
 replays only (speculative decoding with prefix caching is refused upstream: the reference prices it
 differently, see ``docs/prefix_caching.md``), open or closed loop, linear caches, no materialized requests.
-One replay per call; ``jax.vmap`` it for many (:func:`cached_replay_stack`).
+One replay per call: under ``jax.vmap`` (:func:`cached_replay_stack`, equal item by item) the in-place writes
+become scatters that copy the pool, so :mod:`jaxsim.replay.cache_runner` runs each replay alone.
 """
 
 from __future__ import annotations
@@ -82,7 +83,6 @@ class Shapes(NamedTuple):
 
     slots: int  # running-list slots (≥ max_num_seqs)
     table_blocks: int  # blocks of the longest request
-    grow_blocks: int  # most blocks one request takes in one pass
     pool_blocks: int  # ≥ num_gpu_blocks
     num_keys: int  # ≥ distinct prompt keys
 
@@ -96,20 +96,12 @@ def _row(s: CacheState, r) -> eng.RequestState:
     XLA would otherwise re-read the request arrays inside every consumer, possibly after :func:`_put` wrote them in
     place, and so copy them (every request of every pass; see :mod:`jaxsim.replay.block_pool`)."""
     row = s.engine.requests.rows(jnp.reshape(jnp.clip(r, 0, s.engine.requests.num_rows - 1), (1,)))
-    return jax.tree.map(lambda a: jnp.cumsum(jnp.stack([a, jnp.zeros_like(a)]), axis=0)[0], row)
+    return jax.tree.map(eng._materialize, row)
 
 
 def _set(row: eng.RequestState, **fields) -> eng.RequestState:
     """A one-row RequestState with fields replaced by scalars."""
     return row.replace(**{k: jnp.reshape(jnp.asarray(v), (1,)) for k, v in fields.items()})
-
-
-def _set_at(x, i, v, on=True):
-    """``x`` with entry ``i`` set to ``v`` where ``on`` and ``i`` is inside, in place (a ``mode="drop"`` scatter is a
-    select over the whole array)."""
-    safe = jnp.clip(i, 0, x.shape[0] - 1)
-    keep = jnp.asarray(on) & (i >= 0) & (i < x.shape[0])
-    return jax.lax.dynamic_update_index_in_dim(x, jnp.where(keep, v, x[safe]).astype(x.dtype), safe, 0)
 
 
 def _put(s: CacheState, r, row: eng.RequestState) -> CacheState:
@@ -125,7 +117,9 @@ def _put(s: CacheState, r, row: eng.RequestState) -> CacheState:
 
 
 def _key_at(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt):
-    """The key of row ``r``'s block at a position (scalar in, scalar out)."""
+    """The key of row ``r``'s block at a position (scalar in, scalar out): its prompt's full blocks have the trace's
+    shared keys (``pk``); blocks holding generated tokens have keys of their own, by row and position (only the
+    request's own recompute reads them back)."""
     offset = pk.offset[consts.order[jnp.clip(r, 0, consts.order.shape[0] - 1)]]
 
     def key_at(j):
@@ -136,8 +130,8 @@ def _key_at(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, sh
 
 
 def _keys(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shapes: Shapes, r, prompt) -> Int64[Array, " B"]:
-    trace_index = consts.order[jnp.clip(r, 0, consts.order.shape[0] - 1)]
-    return bp.request_block_keys(pk.keys, pk.offset[trace_index], prompt // p.block_size, r, shapes.num_keys, shapes.table_blocks)
+    """The keys of row ``r``'s blocks ``[0, B)`` (:func:`_key_at` at every position)."""
+    return jax.vmap(_key_at(p, consts, pk, shapes, r, prompt))(jnp.arange(shapes.table_blocks, dtype=jnp.int64))
 
 
 def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target, enabled) -> tuple[CacheState, eng.RequestState]:
@@ -165,7 +159,7 @@ def _preempt_tail(s: CacheState) -> CacheState:
     pad = e.requests.num_rows - 1
     return eqx.tree_at(
         lambda x: (x.engine.running, x.engine.num_running, x.engine.preempted, x.engine.num_preempted), s,
-        (_set_at(e.running, e.num_running - 1, pad), e.num_running - 1, _set_at(e.preempted, e.num_preempted, v), e.num_preempted + 1),
+        (bp.set_entry(e.running, e.num_running - 1, pad), e.num_running - 1, bp.set_entry(e.preempted, e.num_preempted, v), e.num_preempted + 1),
     )
 
 
@@ -212,9 +206,9 @@ def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
         s, grown = _grow(p, consts, pk, shapes, s, r, row, target, kept)
         s = _put(s, jnp.where(kept, r, s.engine.requests.num_rows), grown)
         sched = Schedule(
-            kind=_set_at(w.sched.kind, w.idx, jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
-            tokens=_set_at(w.sched.tokens, w.idx, jnp.where(kept, tokens, 0)),
-            computed_before=_set_at(w.sched.computed_before, w.idx, computed),
+            kind=bp.set_entry(w.sched.kind, w.idx, jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
+            tokens=bp.set_entry(w.sched.tokens, w.idx, jnp.where(kept, tokens, 0)),
+            computed_before=bp.set_entry(w.sched.computed_before, w.idx, computed),
         )
         return _ListWalk(s=s, sched=sched, idx=w.idx + kept, budget=w.budget - jnp.where(kept, tokens, 0),
                          preempted=w.preempted + n, lost=(~kept & (w.idx == 0)) | w.lost)
@@ -274,8 +268,8 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         s = eqx.tree_at(
             lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
                        x.engine.num_preempted, x.engine.next_arrival), s,
-            (pool, _set_at(s.table, r, t, fits), _set_at(s.first_hit_tokens, r, cached, fits & (row.admissions[0] == 0)),
-             _set_at(s.hit_tokens, r, cached, fits), _set_at(e.running, slot, r, fits),
+            (pool, bp.set_entry(s.table, r, t, fits), bp.set_entry(s.first_hit_tokens, r, cached, fits & (row.admissions[0] == 0)),
+             bp.set_entry(s.hit_tokens, r, cached, fits), bp.set_entry(e.running, slot, r, fits),
              e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
         )
         admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
@@ -283,9 +277,9 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         s = _put(s, at, grown)
         slot = e.num_running
         sched = Schedule(
-            kind=_set_at(a.sched.kind, slot, PREFILL, fits),
-            tokens=_set_at(a.sched.tokens, slot, tokens, fits),
-            computed_before=_set_at(a.sched.computed_before, slot, cached, fits),
+            kind=bp.set_entry(a.sched.kind, slot, PREFILL, fits),
+            tokens=bp.set_entry(a.sched.tokens, slot, tokens, fits),
+            computed_before=bp.set_entry(a.sched.computed_before, slot, cached, fits),
         )
         return _Admit(s=s, sched=sched, budget=a.budget - jnp.where(fits, tokens, 0), admitted=a.admitted + fits, blocked=~fits)
 
@@ -465,8 +459,8 @@ def prompt_keys(keys: list[np.ndarray], num_keys: int, pad_to: int) -> tuple[Pro
     return PromptKeys(keys=jax.device_put(flat), offset=jax.device_put(offset)), int(pow2_bucket(max(int(num_keys), 1), 64))
 
 
-def shapes_for(input_tokens: np.ndarray, output_tokens: np.ndarray, *, max_num_seqs: int, max_num_batched_tokens: int,
-               block_size: int, num_gpu_blocks: int, max_model_len: int, num_keys: int) -> Shapes:
+def shapes_for(input_tokens: np.ndarray, output_tokens: np.ndarray, *, max_num_seqs: int, block_size: int, num_gpu_blocks: int,
+               max_model_len: int, num_keys: int) -> Shapes:
     """Static capacities that serve a trace on configurations up to these settings (host-side), in powers of two so
     that nearby traces and settings share one compilation (:func:`widest` combines several)."""
     prompt = np.asarray(input_tokens, np.int64)
@@ -474,12 +468,9 @@ def shapes_for(input_tokens: np.ndarray, output_tokens: np.ndarray, *, max_num_s
     longest = int(np.max(np.minimum(prompt + np.asarray(output_tokens, np.int64), max_model_len))) if prompt.size else 1
     table = int(pow2_bucket(int(blocks_for(max(longest, 1), block_size)), 16))
     pool = int(pow2_bucket(int(num_gpu_blocks), 64))
-    grow = int(pow2_bucket(-(-int(max_num_batched_tokens) // int(block_size)) + 1, 8))
-    return Shapes(slots=int(pow2_bucket(int(max_num_seqs), 8)), table_blocks=table, grow_blocks=min(grow, table, pool),
-                  pool_blocks=pool, num_keys=int(num_keys))
+    return Shapes(slots=int(pow2_bucket(int(max_num_seqs), 8)), table_blocks=table, pool_blocks=pool, num_keys=int(num_keys))
 
 
 def widest(*shapes: Shapes) -> Shapes:
     """Capacities that serve every one of ``shapes``."""
-    out = Shapes(*(max(values) for values in zip(*shapes)))
-    return out._replace(grow_blocks=min(out.grow_blocks, out.table_blocks, out.pool_blocks))
+    return Shapes(*(max(values) for values in zip(*shapes)))

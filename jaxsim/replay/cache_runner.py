@@ -33,16 +33,14 @@ def _group_key(it: CachedItem) -> tuple:
     return it.requests.size, int(it.keys.keys.shape[0]), it.shapes.slots, it.shapes.table_blocks, it.shapes.pool_blocks
 
 
-def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, chunk: int | None = 256,
-                     timings: dict | None = None) -> list[ce.CachedReplay]:
+def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings: dict | None = None) -> list[ce.CachedReplay]:
     """Run ``items`` grouped by static shapes, one compilation per group; their results (numpy), in order.
 
     Each item runs alone (:func:`~jaxsim.replay.cache_engine.cached_replay`, not vmapped): the pool is written cell
     by cell, which XLA does in place for one replay, while under ``vmap`` the writes become scatters that copy the
     pool and the block tables every request (a 200-request Mooncake replay: 0.5 s alone, 190 s as a stack of one).
-    ``chunk`` is accepted for the runner's signature. ``timings`` (optional) accumulates ``compile_s``, ``run_s``,
-    ``compilations`` and ``executables_loaded`` (executables come through the on-disk executable cache)."""
-    del chunk
+    ``timings`` (optional) accumulates ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``
+    (executables come through the on-disk executable cache)."""
     ensure_x64()
     groups: dict = {}
     for i, it in enumerate(items):

@@ -90,7 +90,7 @@ class Stage:
         for idx in self.parts:
             keys, capacity = ce.prompt_keys([self.keys[i] for i in idx.tolist()], self.num_keys, size)
             shapes = ce.shapes_for(self.input_tokens[idx], self.output_tokens[idx], max_num_seqs=pool.max_num_seqs,
-                                   max_num_batched_tokens=pool.max_num_batched_tokens, block_size=pool.block_size,
+                                   block_size=pool.block_size,
                                    num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
             out.append(CachedItem(params, self._requests(idx, size), keys, shapes))
         return out
@@ -191,10 +191,8 @@ def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int, pad_
                   materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency), pad_to=pad_to)
     if prefix_caching_mode(c, trace) != "modelled":
         return stage
-    from jaxsim.replay.prefix_cache import block_keys  # noqa: PLC0415
-
-    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, int(trace.trace_block_size), pool.block_size)
-    return dataclasses.replace(stage, keys=tuple(keys), num_keys=int(num_keys))
+    keys, num_keys = _block_keys(pool, trace)
+    return dataclasses.replace(stage, keys=tuple(keys), num_keys=num_keys)
 
 
 def _decode_stage(c: ReplayConfig, seed: int, trace: Trace, prefill: StageRun, max_passes: int, pad_to: int = 0) -> DecodeStage:
@@ -222,7 +220,7 @@ def _run_stages(runs: list[StageRun], **kw) -> None:
     cached = [r for r in runs if r.cached]
     if cached:
         out = run_cached_items([it for r in cached for it in r.stage.cached_items], timeline_len=kw["timeline_len"],
-                               chunk=kw.get("chunk"), timings=kw.get("timings"))
+                               timings=kw.get("timings"))
         _distribute(cached, [o.result for o in out], kw.get("timings"))
         lo = 0
         for r in cached:
@@ -253,16 +251,17 @@ def _multi_turn(j: _Job) -> bool:
     return j.trace.sessions is not None and bool(np.any(j.trace.sessions.previous >= 0)) and j.first.stage is not None
 
 
-def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
-    """Each request's prompt block keys at the pool's block size (stage order), from the trace's hash ids;
-    None when the trace has none."""
-    hash_ids = trace.hash_ids
-    if hash_ids is None:
-        return None
+def _block_keys(pool: WorkerPool, trace: Trace) -> tuple[list[np.ndarray], int]:
+    """Each request's prompt block keys at the pool's block size (trace order, from its hash ids), and how many differ."""
     from jaxsim.replay.prefix_cache import block_keys  # noqa: PLC0415
 
-    keys, _ = block_keys(hash_ids, trace.input_tokens, int(trace.trace_block_size), stage.pool.block_size)
-    return keys
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, int(trace.trace_block_size), pool.block_size)
+    return keys, int(num_keys)
+
+
+def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
+    """The keys a router in the loop scores overlap with (stage order = trace order); None when the trace has no hash ids."""
+    return None if trace.hash_ids is None else _block_keys(stage.pool, trace)[0]
 
 
 class _LoopProgress:
