@@ -8,16 +8,9 @@ engine block ``j`` exactly when their hash ids agree on every trace block that c
 ``[0, (j + 1) * block_size)``. The keys are small integers, one per distinct (block index, hash-id
 prefix), numbered in order of first appearance.
 
-Compiled side (JAX, pure functions of fixed-capacity arrays, one replay; vmapped at the call site):
-:class:`CacheState` is one entry per distinct key of the trace (``K`` keys plus a padding key):
-how many running requests hold the block (``refs``), whether it is cached (``cached``: its hash is
-registered in the pool), and its place in vLLM's free queue (``stamp``: blocks released later are
-evicted later; a block never released has stamp 0 and leaves the queue in the order the pool first
-handed it out). Pool accounting stays in block counts (``free`` = unheld blocks, cached or not); the
-cache only decides which prompt blocks a request admitted with nothing computed reads instead of
-computing (its leading cached blocks, at most ``(length - 1) // block_size``) and which cached blocks
-the pool evicts when it hands out free blocks (the least recently released first; blocks never
-cached are handed out before them when they were released earlier).
+A trace's hash ids are kept flat (:class:`HashIds`) and read by pyarrow (:func:`read_hash_id_table`). The
+compiled side is :mod:`jaxsim.replay.block_pool` (vLLM's block pool) and :mod:`jaxsim.replay.cache_engine`
+(the replay engine that reads it); this module has no JAX code.
 """
 
 from __future__ import annotations
