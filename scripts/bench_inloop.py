@@ -84,7 +84,7 @@ def kv_case(n: int) -> None:
     for _ in range(2):
         tm = {}
         t0 = time.perf_counter()
-        routed, results, _ = run_routed(stage, c.router, None, 0, tm)
+        routed, results, _, _ = run_routed(stage, c.router, None, 0, tm)
         dt = time.perf_counter() - t0
     cols = O.StageRun(routed, results).columns(len(trace))
     order = np.arange(len(trace))

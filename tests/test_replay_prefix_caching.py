@@ -88,6 +88,22 @@ def test_each_round_robin_replica_has_its_own_cache():
         np.testing.assert_allclose(two.requests["e2e_ms"][mine], one.requests["e2e_ms"], rtol=1e-12)
 
 
+@pytest.mark.parametrize("policy", ["kv", "least_loaded"])
+def test_a_routed_pool_caches_per_replica_as_a_replay_of_its_decisions(policy):
+    """Routed in the loop, each replica's cache and times equal a one-replica replay of the requests the router sent it
+    (open loop: sent at their arrivals); the KV router's predicted overlap is real overlap here."""
+    trace = _shared_trace(n=30, seed=5)
+    [routed] = run_replays([ReplayConfig("r", 0, np.zeros(5), aggregated=_pool(replicas=3), router=Router(policy=policy))], trace)
+    assert routed.summary["prefix_caching"] == "modelled" and routed.status_text == "completed"
+    assert routed.summary["cache_hit_tokens"] > 0
+    for r in range(3):
+        mine = routed.requests["replica"] == r
+        share = trace._take(np.flatnonzero(mine))
+        [one] = run_replays([ReplayConfig("one", 0, np.zeros(5), aggregated=_pool())], share)
+        for col in ("cache_hit_tokens", "first_token_ms", "last_token_ms", "preemptions", "admissions"):
+            np.testing.assert_array_equal(routed.requests[col][mine], one.requests[col], err_msg=f"{policy} replica {r} {col}")
+
+
 def test_loops_without_the_cache_say_so():
     trace = _shared_trace()
     pool = _pool()
@@ -97,7 +113,7 @@ def test_loops_without_the_cache_say_so():
     disagg = ReplayConfig("d", 0, np.zeros(5), prefill=pool, decode=pool, kv_bytes_per_token=1024, kv_transfer_bytes_per_s=1e9)
     assert prefix_caching_mode(disagg, trace) == "not modelled: disaggregated deployment"
     routed = ReplayConfig("r", 0, np.zeros(5), aggregated=_pool(replicas=2), router=Router(policy="kv"))
-    assert prefix_caching_mode(routed, trace) == "not modelled: routed replicas"
+    assert prefix_caching_mode(routed, trace) == "modelled"
     assert prefix_caching_mode(ReplayConfig("g", 0, np.zeros(5), aggregated=_pool(state_blocks=2)), trace) == "not modelled: grouped KV cache"
     [r] = run_replays([disagg], trace)
     assert r.summary["prefix_caching"] == "not modelled: disaggregated deployment" and not r.requests["cache_hit_tokens"].any()

@@ -24,7 +24,7 @@ from jaxsim.errors import QueryError
 from jaxsim.replay import orchestrate as O
 from jaxsim.replay.deployment import config_from_binding
 from jaxsim.replay.engine import DONE, REJECTED, TERMINAL_NAMES, UNFINISHED
-from jaxsim.replay.prefix_cache import read_hash_ids
+from jaxsim.replay.prefix_cache import HashIds, read_hash_ids
 from jaxsim.replay.session_traces import SessionShape, session_trace, write_session_jsonl
 from jaxsim.replay.sessions import run_sessions
 from jaxsim.replay.traces import Trace, load_trace, read_sessions
@@ -78,6 +78,34 @@ def test_a_session_replay_equals_a_replay_of_the_times_it_sent_each_turn(chat, r
     for name in ("first_token_ms", "second_token_ms", "last_token_ms", "sent_ms", "output_tokens", "preemptions", "admissions",
                  "decode_rounds", "terminal"):
         np.testing.assert_array_equal(cols[name][q], plain[name], err_msg=name)
+
+
+@pytest.mark.parametrize("replicas,router", [(1, "round_robin"), (2, "kv")])
+def test_sessions_with_prefix_caching_equal_a_cached_replay_of_their_send_times(chat, replicas, router):
+    """With the trace's hash_ids, each replica caches prefixes in the loop: a later turn reads its conversation's
+    previous prompt (and the system prompt its group shares) from the cache; the replay equals an ordinary cached
+    replay of the same requests sent at the times it decided, hit tokens included."""
+    trace, hashes = chat
+    trace = dataclasses.replace(trace, hash_ids=HashIds.from_rows(hashes), trace_block_size=512)
+    c = _config(replicas, router)
+    (o,) = O.run_replays([c], trace, [0])
+    assert o.summary["prefix_caching"] == "modelled" and o.status_text == "completed"
+    r = o.requests
+    prev = trace.sessions.previous
+    later = np.flatnonzero(prev >= 0)
+    full = later[trace.input_tokens[prev[later]] >= 512]  # the previous prompt holds a whole 512-token hash block
+    assert full.size > 10 and np.all(r["cache_hit_tokens"][full] >= 512)  # read back on the session's replica (roomy pool)
+    assert np.all(r["cache_hit_tokens"] < r["input_tokens"])
+    sent = r["sent_ms"]
+    q = np.lexsort((np.arange(len(trace)), sent))  # ties: rows in stage order, as they entered their engines
+    plain = Trace("sent", sent[q], trace.input_tokens[q], trace.output_tokens[q], np.arange(q.size),
+                  hash_ids=trace.hash_ids.take(q), trace_block_size=512)
+    stage = dataclasses.replace(O._first_stage(c, 0, plain, O._max_passes(trace)), assignment=np.asarray(r["replica"])[q])
+    run = O.StageRun(stage)
+    O._run_stages([run], timeline_len=0, chunk=256)
+    cols = run.columns(q.size)
+    for name in ("cache_hit_tokens", "first_token_ms", "last_token_ms", "preemptions", "admissions"):
+        np.testing.assert_array_equal(np.asarray(r[name])[q], cols[name], err_msg=name)
 
 
 def test_sessions_beyond_the_first_slot_capacity_replay_as_the_ordinary_engine():

@@ -30,7 +30,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Int64
+from jaxtyping import Array, Bool, Float64, Int64
 
 from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels.buckets import pow2_bucket
@@ -423,6 +423,11 @@ def cached_replay(
     ensure_x64()
     s, consts = _start(p, rq, shapes, timeline_len)
     s = jax.lax.while_loop(lambda s: eng._active(p, s.engine), partial(cache_pass, p, consts, pk, shapes), s)
+    return cached_finish(rq, s, consts)
+
+
+def cached_finish(rq: eng.Requests, s: CacheState, consts: eng.ReplayConstants) -> CachedReplay:
+    """Per-request results in trace order, with each request's cache-hit tokens."""
     n = rq.arrival_ms.shape[0]
     inverse = jnp.zeros((n,), jnp.int64).at[consts.order].set(jnp.arange(n))
     first = s.first_hit_tokens[:n][inverse]
@@ -431,6 +436,61 @@ def cached_replay(
 
 
 cached_replay_jit = jit_x64(cached_replay, static_argnames=("shapes", "timeline_len"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# one replay driven from the host one event at a time (a router in the loop, multi-turn sessions)
+
+
+def cached_start(p: eng.EngineParams, rq: eng.Requests, *, shapes: Shapes, timeline_len: int = 0) -> tuple[CacheState, eng.ReplayConstants]:
+    """The state of a replay of ``rq`` before its first pass (an engine in the loop: ``rq`` holds no valid request
+    yet, its rows come one by one through :func:`insert_request`)."""
+    ensure_x64()
+    return _start(p, rq, shapes, timeline_len)
+
+
+def advance_until(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, s: CacheState, stop_ms: Float64[Array, ""],
+                  stop_done: Int64[Array, ""], *, shapes: Shapes) -> CacheState:
+    """Passes while the replay is active and its next pass would start before ``stop_ms`` (a pass starting at or
+    after an arrival would see it), and until a pass takes its completed requests above ``stop_done``: the cached
+    counterpart of :func:`~jaxsim.replay.engine.advance_until_stack`, for one replay (under ``vmap`` the pool's
+    in-place writes become copies)."""
+    ensure_x64()
+
+    def going(s: CacheState):
+        e = s.engine
+        return eng._active(p, e) & (eng._clock(consts, e) < stop_ms) & (e.num_done <= stop_done)
+
+    return jax.lax.while_loop(going, partial(cache_pass, p, consts, pk, shapes), s)
+
+
+def insert_request(s: CacheState, consts: eng.ReplayConstants, rq: eng.Requests, pk: PromptKeys, row: Int64[Array, ""],
+                   sent_ms: Float64[Array, ""], prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""],
+                   max_model_len: Int64[Array, ""], key_offset: Int64[Array, ""]) -> tuple[CacheState, eng.ReplayConstants, eng.Requests, PromptKeys]:
+    """Request (``prompt_tokens``, ``output_tokens``) sent at ``sent_ms`` as engine row ``row`` (the next after the
+    accepted ones, rows in send order), its prompt keys at ``key_offset`` of ``pk.keys``: the cached counterpart of
+    :func:`~jaxsim.replay.engine.insert_request_stack`, for one replay. A replay that had completed runs again."""
+    e = s.engine
+    status = jnp.where(e.status == eng.COMPLETED, eng.RUNNING, e.status).astype(e.status.dtype)
+    s = _put(s, row, eng.fresh_row(prompt_tokens, output_tokens, max_model_len))
+    s = eqx.tree_at(lambda x: (x.engine.sent_ms, x.engine.status), s, (bp.set_entry(s.engine.sent_ms, row, sent_ms), status))
+    consts = eqx.tree_at(
+        lambda c: (c.arrival_sorted_ms, c.num_accepted, c.accepted), consts,
+        (bp.set_entry(consts.arrival_sorted_ms, row, sent_ms), jnp.asarray(row + 1, consts.num_accepted.dtype),
+         bp.set_entry(consts.accepted, row, True)),
+    )
+    rq = eqx.tree_at(
+        lambda q: (q.arrival_ms, q.input_tokens, q.output_tokens, q.valid), rq,
+        (bp.set_entry(rq.arrival_ms, row, sent_ms), bp.set_entry(rq.input_tokens, row, prompt_tokens),
+         bp.set_entry(rq.output_tokens, row, output_tokens), bp.set_entry(rq.valid, row, True)),
+    )
+    return s, consts, rq, eqx.tree_at(lambda k: k.offset, pk, bp.set_entry(pk.offset, row, key_offset))
+
+
+cached_start_jit = jit_x64(cached_start, static_argnames=("shapes", "timeline_len"))
+advance_until_jit = jit_x64(advance_until, static_argnames=("shapes",))
+insert_request_jit = jit_x64(insert_request)
+cached_finish_jit = jit_x64(cached_finish)
 
 
 def cached_replay_stack(p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0,

@@ -1043,6 +1043,20 @@ def advance_until_stack(
     return jax.lax.while_loop(lambda s: jnp.any(going(p, consts, s, stop_ms, limit)), body, s)
 
 
+def fresh_row(prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""]) -> RequestState:
+    """A one-row RequestState: an accepted request of an open loop as the engine's start lays it out (its output
+    capped by the context limit), before any pass."""
+    one = lambda x, dtype: jnp.full((1,), x, dtype)  # noqa: E731
+    zero, nan, no = one(0, jnp.int64), one(jnp.nan, jnp.float64), one(False, bool)
+    return RequestState.pack(
+        prompt_tokens=one(prompt_tokens, jnp.int64),
+        output_tokens=one(jnp.minimum(output_tokens, jnp.maximum(max_model_len - prompt_tokens, 0)), jnp.int64),
+        generated=zero, computed=zero, allocated_blocks=zero, decode_rounds=zero, preemptions=zero, admissions=zero,
+        materialized=no, done=no, recomputing=no, first_token_ms=nan, second_token_ms=nan, last_token_ms=nan,
+        token_gap_sq_ms2=one(0.0, jnp.float64),
+    )
+
+
 def insert_request_stack(
     s: EngineState, consts: ReplayConstants, rq: Requests, replica: Int64[Array, ""], row: Int64[Array, ""], sent_ms: Float64[Array, ""],
     prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""],
@@ -1053,15 +1067,7 @@ def insert_request_stack(
     must be added in send order; a replica that had completed runs again. Engines driven from the host one event at
     a time use it (a router in the loop: :mod:`jaxsim.replay.online`; sessions: :mod:`jaxsim.replay.sessions`)."""
     w, r = replica, row
-    one = lambda x, dtype: jnp.full((1,), x, dtype)  # noqa: E731  (a one-row RequestState)
-    zero, nan, no = one(0, jnp.int64), one(jnp.nan, jnp.float64), one(False, bool)
-    new = RequestState.pack(
-        prompt_tokens=one(prompt_tokens, jnp.int64),
-        output_tokens=one(jnp.minimum(output_tokens, jnp.maximum(max_model_len - prompt_tokens, 0)), jnp.int64),
-        generated=zero, computed=zero, allocated_blocks=zero, decode_rounds=zero, preemptions=zero, admissions=zero,
-        materialized=no, done=no, recomputing=no, first_token_ms=nan, second_token_ms=nan, last_token_ms=nan,
-        token_gap_sq_ms2=one(0.0, jnp.float64),
-    )
+    new = fresh_row(prompt_tokens, output_tokens, max_model_len)
     status = s.status.at[w].set(jnp.where(s.status[w] == COMPLETED, RUNNING, s.status[w]).astype(s.status.dtype))
     s = eqx.tree_at(lambda x: (x.sent_ms, x.requests.counts, x.requests.times, x.status), s,
                     (s.sent_ms.at[w, r].set(sent_ms), s.requests.counts.at[w, r].set(new.counts[0]),

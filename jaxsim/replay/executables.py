@@ -13,6 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxsim._jax import compile_all, executable_key, jit_x64, key_statics
 from jaxsim.devices import _mesh
+from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.engine import (
     EngineParams,
     EngineState,
@@ -84,6 +85,10 @@ class Executable:
 advance_until_many = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table", "closed_loop"))
 insert_many = jit_x64(insert_request_stack)
 
+CACHED_START = Executable("cached-start", ce.cached_start_jit)
+CACHED_ADVANCE_UNTIL = Executable("cached-advance-until", ce.advance_until_jit)
+CACHED_INSERT = Executable("cached-insert", ce.insert_request_jit)
+CACHED_FINISH = Executable("cached-finish", ce.cached_finish_jit)
 START = Executable("replay-start", start_many)
 ADVANCE_UNTIL = Executable("replay-advance-until", advance_until_many)
 INSERT = Executable("replay-insert", insert_many)

@@ -21,12 +21,13 @@ import numpy as np
 from jaxtyping import Array, Bool, Float64, Int32, Int64
 
 from jaxsim._jax import ensure_x64
+from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import executables as X
-from jaxsim.replay.engine import SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
+from jaxsim.replay.engine import RUNNING, SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
 from jaxsim.replay.runner import capacities
 from jaxsim.replay.traces import request_bucket
 
-__all__ = ["EngineLoop", "Snapshot"]
+__all__ = ["CachedEngineLoop", "EngineLoop", "Snapshot", "engine_loop"]
 
 NO_LIMIT = np.iinfo(np.int64).max
 REPORT_S = 0.25
@@ -51,6 +52,7 @@ def _snapshot(s) -> Snapshot:
 
 
 _SNAPSHOT = jax.jit(_snapshot)
+_SNAPSHOT_ONE = jax.jit(lambda s: _snapshot(jax.tree.map(lambda a: a[None], s)))  # one replay's, as a stack of one
 
 
 class EngineLoop:
@@ -130,8 +132,9 @@ class EngineLoop:
         self.exe.update(self._capacity(slots))
         self.s, self.consts = jax.device_put(s), jax.device_put(consts)
 
-    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int) -> None:
-        """Request (``prompt_tokens``, ``output_tokens``) sent at ``sent_ms`` becomes replica ``replica``'s engine row ``row``."""
+    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1) -> None:
+        """Request (``prompt_tokens``, ``output_tokens``) sent at ``sent_ms`` becomes replica ``replica``'s engine row ``row``
+        (``request``, its position in the stage, matters only to :class:`CachedEngineLoop`: its prompt keys)."""
         self.s, self.consts, self.rq = self.exe["insert"](
             self.s, self.consts, self.rq, np.int64(replica), np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),
             np.int64(output_tokens), np.int64(self.max_model_len))
@@ -141,3 +144,79 @@ class EngineLoop:
         s, consts = widen_stack(jax.device_get(self.s), jax.device_get(self.consts), 0)
         res = self.exe["finish"](self.rq, s, consts)
         return jax.tree.map(np.asarray, jax.device_get(res))
+
+
+def engine_loop(stage, timeline_len: int, timings: dict | None = None, report: Callable | None = None):
+    """The engines of ``stage``'s pool in the loop: with prefix caching when the stage has prompt block keys
+    (:class:`CachedEngineLoop`), else :class:`EngineLoop`."""
+    cls = CachedEngineLoop if stage.keys is not None else EngineLoop
+    return cls(stage, timeline_len, timings, report)
+
+
+class CachedEngineLoop:
+    """The engines of a stage's pool with prefix caching (:mod:`jaxsim.replay.cache_engine`): each replica its own
+    replay with its own block pool, called one replica at a time (under ``vmap`` the pool's in-place writes become
+    copies of it). Same interface as :class:`EngineLoop`, plus each engine row's cache-hit tokens after
+    :meth:`finish`. The running list has the pool's max_num_seqs bucket of slots from the start (never full)."""
+
+    def __init__(self, stage, timeline_len: int, timings: dict | None = None, report: Callable | None = None):
+        ensure_x64()
+        self.report, self.reported = report, time.monotonic()
+        pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
+        self.reps, self.size, self.max_model_len = reps, request_bucket(max(n, 1)), int(pool.max_model_len)
+        self.params = jax.device_put(pool.params(stage.nextn, stage.accept_rates, stage.max_passes, 0))
+        flat, capacity = ce.prompt_keys(list(stage.keys), stage.num_keys, n)
+        self.key_offset = np.asarray(flat.offset)  # request (stage order) -> where its keys start in flat.keys
+        shapes = ce.shapes_for(stage.input_tokens, stage.output_tokens, max_num_seqs=pool.max_num_seqs, block_size=pool.block_size,
+                               num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
+        put = jax.device_put
+        rq = Requests(arrival_ms=put(np.full(self.size, np.inf)), input_tokens=put(np.ones(self.size, np.int64)),
+                      output_tokens=put(np.ones(self.size, np.int64)), valid=put(np.zeros(self.size, bool)),
+                      materialized=put(np.zeros(self.size, bool)))
+        pk = ce.PromptKeys(keys=flat.keys, offset=put(np.zeros(self.size, np.int64)))
+        statics = dict(shapes=shapes, timeline_len=int(timeline_len))
+        s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), self.params, rq)
+        f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
+        rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
+        calls = [X.Call(X.CACHED_START, (self.params, rq_abs), statics),
+                 X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64), dict(shapes=shapes)),
+                 X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64)),
+                 X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
+        X.compile_calls(calls, timings)
+        self.exe = dict(zip(("start", "advance", "insert", "finish"), (X.executable(c) for c in calls)))
+        s, consts = self.exe["start"](self.params, rq)
+        self.s, self.consts, self.rq, self.pk = [s] * reps, [consts] * reps, [rq] * reps, [pk] * reps
+        self.views: list = [jax.tree.map(np.asarray, _SNAPSHOT_ONE(s.engine))] * reps
+        self.fresh = np.zeros(reps, bool)  # a request was inserted since the replica's last advance
+        self.first_hit_tokens: np.ndarray | None = None
+
+    def advance(self, stop_ms: np.ndarray, stop_done: np.ndarray | None = None) -> Snapshot:
+        """As :meth:`EngineLoop.advance`; a replica with nothing to run (not running, nothing inserted) is not called."""
+        done = np.full(self.reps, NO_LIMIT, np.int64) if stop_done is None else np.asarray(stop_done, np.int64)
+        stop = np.asarray(stop_ms, np.float64)
+        for w in range(self.reps):
+            if int(self.views[w].status[0]) != RUNNING and not self.fresh[w]:
+                continue
+            self.s[w] = self.exe["advance"](self.params, self.consts[w], self.pk[w], self.s[w], np.float64(stop[w]), np.int64(done[w]))
+            self.views[w] = jax.tree.map(np.asarray, _SNAPSHOT_ONE(self.s[w].engine))
+            self.fresh[w] = False
+        view = jax.tree.map(lambda *a: np.concatenate(a), *self.views)
+        if self.report is not None and time.monotonic() - self.reported >= REPORT_S:
+            self.reported = time.monotonic()
+            self.report(float(np.max(view.now_ms)), int(np.sum(view.num_done)))
+        return view
+
+    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1) -> None:
+        """As :meth:`EngineLoop.insert`; ``request`` (the stage position) gives the row its prompt keys."""
+        w = int(replica)
+        self.s[w], self.consts[w], self.rq[w], self.pk[w] = self.exe["insert"](
+            self.s[w], self.consts[w], self.rq[w], self.pk[w], np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),
+            np.int64(output_tokens), np.int64(self.max_model_len), np.int64(self.key_offset[int(request)]))
+        self.fresh[w] = True
+
+    def finish(self) -> ReplayResult:
+        """As :meth:`EngineLoop.finish`; each engine row's prompt tokens read from the cache at its first admission go
+        to ``first_hit_tokens`` (replica on axis 0)."""
+        out = [jax.tree.map(np.asarray, self.exe["finish"](self.rq[w], self.s[w], self.consts[w])) for w in range(self.reps)]
+        self.first_hit_tokens = np.stack([o.first_hit_tokens for o in out])
+        return jax.tree.map(lambda *a: np.stack(a), *(o.result for o in out))

@@ -26,9 +26,9 @@ __all__ = ["run_routed"]
 def run_routed(stage, router: Router, keys: list[np.ndarray] | None, timeline_len: int, timings: dict | None = None, report=None):
     """Replay ``stage`` (a :class:`~jaxsim.replay.orchestrate.Stage` of an open loop) with ``router`` in the loop:
     (the stage with each request's replica as its assignment, one :class:`ReplayResult` per replica over its
-    requests in arrival order, a :class:`RoutingSummary`). ``keys``: each prompt's full-block keys (None: none);
-    ``report``: :class:`~jaxsim.replay.inloop.EngineLoop`'s. The loop is the sessions' loop
+    requests in arrival order, a :class:`RoutingSummary`, the loop's :class:`~jaxsim.replay.sessions.SessionRun`).
+    ``keys``: each prompt's full-block keys the router scores overlap with (None: none); ``report``:
+    :class:`~jaxsim.replay.inloop.EngineLoop`'s. The replicas cache prefixes when the stage has keys
+    (:func:`~jaxsim.replay.inloop.engine_loop`). The loop is the sessions' loop
     (:func:`~jaxsim.replay.sessions.run_sessions`) over requests that are each a session of one turn."""
-    routed, results, summary, _ = run_sessions(stage, Sessions.independent(int(stage.arrival_ms.size)), router, keys, timeline_len,
-                                               timings, report)
-    return routed, results, summary
+    return run_sessions(stage, Sessions.independent(int(stage.arrival_ms.size)), router, keys, timeline_len, timings, report)

@@ -178,8 +178,7 @@ def prefix_caching_mode(c: ReplayConfig, trace: Trace) -> str:
     if trace.hash_ids is None:
         return "no hash_ids"
     why = ("disaggregated deployment" if c.mode != "aggregated" else "speculative decoding" if c.nextn
-           else "grouped KV cache" if pool.state_blocks else "routed replicas" if c.router.routed and pool.replicas > 1
-           else "multi-turn sessions" if trace.sessions is not None and bool(np.any(trace.sessions.previous >= 0)) else "")
+           else "grouped KV cache" if pool.state_blocks else "")
     return f"not modelled: {why}" if why else "modelled"
 
 
@@ -261,6 +260,8 @@ def _block_keys(pool: WorkerPool, trace: Trace) -> tuple[list[np.ndarray], int]:
 
 def _prompt_keys(stage: Stage, trace: Trace) -> list[np.ndarray] | None:
     """The keys a router in the loop scores overlap with (stage order = trace order); None when the trace has no hash ids."""
+    if stage.keys is not None:
+        return list(stage.keys)
     return None if trace.hash_ids is None else _block_keys(stage.pool, trace)[0]
 
 
@@ -425,12 +426,12 @@ def run_replays(
         t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
         if _multi_turn(j):  # multi-turn sessions: later turns sent as earlier ones complete
             _check_sessions(j.config)
-            stage, results, j.routing, _ = run_sessions(j.first.stage, j.trace.sessions, j.config.router,
-                                                        _prompt_keys(j.first.stage, j.trace), run["timeline_len"], timings, report)
+            stage, results, j.routing, decided = run_sessions(j.first.stage, j.trace.sessions, j.config.router,
+                                                              _prompt_keys(j.first.stage, j.trace), run["timeline_len"], timings, report)
         else:  # a routed pool: the router in the loop
-            stage, results, j.routing = run_routed(j.first.stage, j.config.router, _prompt_keys(j.first.stage, j.trace),
-                                                   run["timeline_len"], timings, report)
-        j.first = StageRun(stage, results)
+            stage, results, j.routing, decided = run_routed(j.first.stage, j.config.router, _prompt_keys(j.first.stage, j.trace),
+                                                            run["timeline_len"], timings, report)
+        j.first = StageRun(stage, results, [decided.cache_hit_tokens[idx] for idx in stage.parts])
         _add_time(timings, t0, compile0)
         if tracker is not None:
             tracker.finish(k, sum(int(np.sum(np.asarray(r.terminal) == DONE)) for r in results))

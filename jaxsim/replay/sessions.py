@@ -28,7 +28,7 @@ import numpy as np
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels.capacity import blocks_for
 from jaxsim.replay.engine import REJECTED, UNFINISHED, ReplayResult
-from jaxsim.replay.inloop import EngineLoop
+from jaxsim.replay.inloop import engine_loop
 from jaxsim.replay.routing import ReplicaView, RoutingSummary, choose
 from jaxsim.replay.traces import Sessions
 from jaxsim.router import Router
@@ -37,12 +37,14 @@ __all__ = ["SessionRun", "run_sessions"]
 
 class SessionRun(eqx.Module):
     """What the loop decided, per request of the stage (trace order): its replica, its send time (nan: never
-    sent), whether it entered its replica's engine, and its engine row there (-1: none)."""
+    sent), whether it entered its replica's engine, and its engine row there (-1: none); and, after the replay,
+    the prompt tokens its replica's prefix cache supplied at its first admission (0: none, or no cache)."""
 
     replica: np.ndarray
     sent_ms: np.ndarray
     entered: np.ndarray
     engine_row: np.ndarray
+    cache_hit_tokens: np.ndarray
 
 
 def run_sessions(stage, sessions: Sessions, router: Router, keys: list[np.ndarray] | None, timeline_len: int,
@@ -76,7 +78,7 @@ class _Loop:
     def __init__(self, stage, sessions: Sessions, router: Router, keys, timeline_len: int, timings: dict | None, report=None):
         pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
         self.stage, self.sessions, self.router, self.keys, self.reps = stage, sessions, router, keys, reps
-        self.engines = EngineLoop(stage, timeline_len, timings, report)
+        self.engines = engine_loop(stage, timeline_len, timings, report)
         size = self.engines.size
         self.num_done = np.zeros(reps, np.int64)
         self.snap = None
@@ -89,7 +91,7 @@ class _Loop:
         self.state_routed = router.routed and reps > 1
         self.views = [ReplicaView() for _ in range(reps)]
         self.decided = SessionRun(replica=np.full(n, -1, np.int64), sent_ms=np.full(n, np.nan), entered=np.zeros(n, bool),
-                                  engine_row=np.full(n, -1, np.int64))
+                                  engine_row=np.full(n, -1, np.int64), cache_hit_tokens=np.zeros(n, np.int64))
         self.rows = np.zeros(reps, np.int64)
         self.row_request = np.full((reps, size), -1, np.int64)  # engine row -> request
         self.row_view = np.full((reps, size), -1, np.int64)  # engine row -> its request's place in the replica's view
@@ -148,7 +150,7 @@ class _Loop:
         self.overlap_tokens += hit * self.stage.pool.block_size
         if self.fits[q]:
             row = int(self.rows[w])
-            self.engines.insert(w, row, t, int(self.prompt[q]), int(self.output[q]))
+            self.engines.insert(w, row, t, int(self.prompt[q]), int(self.output[q]), request=q)
             d.entered[q], d.engine_row[q], self.row_request[w, row] = True, row, q
             self.row_view[w, row] = len(self.views[w].sent) - 1
             self.rows[w] += 1
@@ -175,6 +177,10 @@ class _Loop:
         for q in np.flatnonzero(d.replica < 0):  # later turns of sessions that ended early: their session's replica
             d.replica[q] = d.replica[_first_turn(prev, int(q))]
         res = self.engines.finish()
+        hits = getattr(self.engines, "first_hit_tokens", None)
+        if hits is not None:
+            has = d.engine_row >= 0
+            d.cache_hit_tokens[has] = hits[d.replica[has], d.engine_row[has]]
         if timings is not None:
             timings["passes"] = timings.get("passes", 0) + int(np.sum(res.num_passes))
             timings["loop_steps"] = timings.get("loop_steps", 0) + int(np.sum(res.num_steps))
