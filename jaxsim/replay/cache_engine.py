@@ -488,8 +488,9 @@ def insert_request(s: CacheState, consts: eng.ReplayConstants, rq: eng.Requests,
 
 
 cached_start_jit = jit_x64(cached_start, static_argnames=("shapes", "timeline_len"))
-advance_until_jit = jit_x64(advance_until, static_argnames=("shapes",))
-insert_request_jit = jit_x64(insert_request)
+# the loop state is donated: a call writes the pool in place instead of copying it (about 4 MB at 26k blocks) first
+advance_until_jit = jit_x64(advance_until, static_argnames=("shapes",), donate_argnames=("s",))
+insert_request_jit = jit_x64(insert_request, donate_argnames=("s", "consts", "rq", "pk"))
 cached_finish_jit = jit_x64(cached_finish)
 
 

@@ -184,9 +184,11 @@ class CachedEngineLoop:
                  X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
         X.compile_calls(calls, timings)
         self.exe = dict(zip(("start", "advance", "insert", "finish"), (X.executable(c) for c in calls)))
-        s, consts = self.exe["start"](self.params, rq)
-        self.s, self.consts, self.rq, self.pk = [s] * reps, [consts] * reps, [rq] * reps, [pk] * reps
-        self.views: list = [jax.tree.map(np.asarray, _SNAPSHOT_ONE(s.engine))] * reps
+        # each replica its own buffers: the advance and insert calls take (donate) them and write them in place
+        started = [self.exe["start"](self.params, rq) for _ in range(reps)]
+        self.s, self.consts = [s for s, _ in started], [c for _, c in started]
+        self.rq, self.pk = [jax.tree.map(jnp.copy, rq) for _ in range(reps)], [jax.tree.map(jnp.copy, pk) for _ in range(reps)]
+        self.views: list = [jax.tree.map(np.asarray, _SNAPSHOT_ONE(s.engine)) for s in self.s]
         self.fresh = np.zeros(reps, bool)  # a request was inserted since the replica's last advance
         self.first_hit_tokens: np.ndarray | None = None
 
