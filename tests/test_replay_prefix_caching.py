@@ -20,7 +20,10 @@ from jaxsim.cli.main import app
 from jaxsim.errors import QueryError
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool
-from jaxsim.replay.engine import make_params
+from jaxsim.deploy.binding import bind
+from jaxsim.replay.deployment import config_from_binding
+from jaxsim.replay.engine import COMPLETED, make_params
+from jaxsim.rules.config import load_config
 from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
 from jaxsim.replay.prefix_cache import HashIds, block_keys, read_hash_ids
 from jaxsim.replay.traces import load_trace, make_trace
@@ -74,6 +77,39 @@ def test_the_replay_reads_shared_prefixes_as_the_cached_engine_does():
         assert not other.requests["cache_hit_tokens"].any()
     np.testing.assert_array_equal(off.requests["ttft_ms"], bare.requests["ttft_ms"])
     assert on.summary["mean_ttft_ms"] < off.summary["mean_ttft_ms"]
+
+
+def _crowd(n: int = 110, seed: int = 4, tbs: int = 64):
+    """``n`` requests over shared prefixes arriving within 5 ms: more than 64 run at once."""
+    g = np.random.default_rng(seed)
+    hashes = [[1000 * int(g.integers(0, 4)) + j for j in range(2)] + [10_000 + 10 * i + j for j in range(int(g.integers(1, 3)))]
+              for i in range(n)]
+    trace = make_trace("crowd", np.sort(g.uniform(0, 5, n)), [len(h) * tbs for h in hashes], g.integers(20, 60, n), rebase=False)
+    return dataclasses.replace(trace, hash_ids=HashIds.from_rows([hashes[r] for r in trace.row.tolist()]), trace_block_size=tbs)
+
+
+def test_the_slot_ladder_replays_as_the_full_capacity():
+    """max_num_seqs 256 (the calibrated profile, decode measured to batch 128): the replay starts at 64 running-list
+    slots and doubles on SLOTS_FULL; it equals the cached engine run at the full 256 slots from the start."""
+    trace = _crowd()
+    cal = config_from_binding(bind(load_config(ROOT / "configs" / "deployment_calibrated.toml")))
+    pool = dataclasses.replace(cal.aggregated, max_num_seqs=256, max_num_batched_tokens=2048, num_gpu_blocks=3000, replicas=1)
+    tm: dict = {}
+    [on] = run_replays([ReplayConfig("on", 0, np.zeros(5), aggregated=pool)], trace, timings=tm)
+    assert on.status_text == "completed" and tm["compilations"] + tm.get("executables_loaded", 0) >= 6  # rungs 64 and 128 at least
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, 64, pool.block_size)
+    params = pool.params(0, np.zeros(5), 10**6, 0)
+    n = len(trace)
+    pk, capacity = ce.prompt_keys(keys, num_keys, 128)
+    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, max_num_seqs=256, block_size=pool.block_size, num_gpu_blocks=3000,
+                           max_model_len=pool.max_model_len, num_keys=capacity)
+    assert shapes.slots == 256
+    direct = ce.cached_replay_jit(params, trace.requests(128), pk, shapes)
+    assert int(direct.result.status) == COMPLETED
+    for mine, theirs in (("first_token_ms", direct.result.first_token_ms), ("last_token_ms", direct.result.last_token_ms),
+                         ("cache_hit_tokens", direct.first_hit_tokens), ("preemptions", direct.result.preemptions)):
+        np.testing.assert_array_equal(on.requests[mine], np.asarray(theirs)[:n], err_msg=mine)
+    assert on.summary["cache_hit_tokens"] > 0
 
 
 def test_each_round_robin_replica_has_its_own_cache():

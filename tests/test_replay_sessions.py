@@ -52,7 +52,7 @@ def chat():
 def _session_run(c, trace):
     stage = O._first_stage(c, 0, trace, O._max_passes(trace))
     routed, results, _, decided = run_sessions(stage, trace.sessions, c.router, None, 0)
-    return O.StageRun(routed, results).columns(len(trace)), decided
+    return O.StageRun(routed, results, [decided.cache_hit_tokens[idx] for idx in routed.parts]).columns(len(trace)), decided
 
 
 def _replay_of_send_times(c, trace, decided):
@@ -60,7 +60,8 @@ def _replay_of_send_times(c, trace, decided):
     replica it went to (ties in the order they entered their replica's engine)."""
     q = np.flatnonzero(decided.entered)
     q = q[np.lexsort((decided.engine_row[q], decided.sent_ms[q]))]
-    plain = Trace("sent", decided.sent_ms[q], trace.input_tokens[q], trace.output_tokens[q], np.arange(q.size))
+    plain = Trace("sent", decided.sent_ms[q], trace.input_tokens[q], trace.output_tokens[q], np.arange(q.size),
+                  hash_ids=None if trace.hash_ids is None else trace.hash_ids.take(q), trace_block_size=trace.trace_block_size)
     stage = dataclasses.replace(O._first_stage(c, 0, plain, O._max_passes(trace)), assignment=decided.replica[q])
     run = O.StageRun(stage)
     O._run_stages([run], timeline_len=0, chunk=256)
@@ -108,17 +109,22 @@ def test_sessions_with_prefix_caching_equal_a_cached_replay_of_their_send_times(
         np.testing.assert_array_equal(np.asarray(r[name])[q], cols[name], err_msg=name)
 
 
-def test_sessions_beyond_the_first_slot_capacity_replay_as_the_ordinary_engine():
+@pytest.mark.parametrize("cached", [False, True])
+def test_sessions_beyond_the_first_slot_capacity_replay_as_the_ordinary_engine(cached):
     """100 sessions start at once on one replica: more requests in flight than the loop's first 64 slots, so the
-    engines widen their running lists mid-replay (SLOTS_FULL) and must still equal the ordinary replay."""
-    shape = SessionShape(turns=2, new_input="uniform:100:600", output="uniform:30:90", think_time_ms=5.0)
-    trace, _ = session_trace(100, 1e6, shape, seed=2)
+    engines widen their running lists mid-replay (SLOTS_FULL) and must still equal the ordinary replay (with the
+    prefix cache too: its block tables widen with the slots)."""
+    shape = SessionShape(turns=2, new_input="uniform:100:600", output="uniform:30:90", think_time_ms=5.0, trace_block_size=64)
+    trace, hashes = session_trace(100, 1e6, shape, seed=2)
+    if cached:
+        trace = dataclasses.replace(trace, hash_ids=HashIds.from_rows(hashes), trace_block_size=64)
     c = _config()
     cols, decided = _session_run(c, trace)
     assert np.all(cols["terminal"] == DONE)
     q, plain = _replay_of_send_times(c, trace, decided)
-    for name in ("first_token_ms", "last_token_ms", "sent_ms", "preemptions", "admissions"):
+    for name in ("first_token_ms", "last_token_ms", "sent_ms", "preemptions", "admissions", "cache_hit_tokens"):
         np.testing.assert_array_equal(cols[name][q], plain[name], err_msg=name)
+    assert np.any(cols["cache_hit_tokens"] > 0) == cached
 
 
 def test_a_later_turn_is_sent_its_think_time_after_the_previous_completes_on_the_same_replica(chat):

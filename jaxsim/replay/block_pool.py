@@ -98,6 +98,25 @@ def empty_pool(num_blocks: Int64[Array, ""], capacity: int, num_keys: int, table
     )
 
 
+def widen_tables(pool: BlockPool, tables: int) -> BlockPool:
+    """Host-side (numpy): ``pool`` with ``tables`` (≥ its number of) block tables, the new ones unused (their ids under
+    the free ones on the stack: which id a request gets changes nothing else)."""
+    import numpy as np  # noqa: PLC0415
+
+    old = pool.tables.shape[0]
+    extra = int(tables) - old
+    if extra < 0:
+        raise ValueError(f"cannot narrow {old} block tables to {tables}")
+    free = np.asarray(pool.free_tables)
+    top = int(pool.free_top)
+    stack = np.concatenate([np.arange(old, int(tables), dtype=np.int64)[::-1], free[:top], free[top:]])
+    return eqx.tree_at(
+        lambda q: (q.tables, q.table_len, q.free_tables, q.free_top), pool,
+        (np.concatenate([np.asarray(pool.tables), np.zeros((extra, pool.tables.shape[1]), np.int64)]),
+         np.concatenate([np.asarray(pool.table_len), np.zeros(extra, np.int64)]), stack, np.asarray(top + extra, np.int64)),
+    )
+
+
 # ----------------------------------------------------------------------------------------------------
 # reads
 

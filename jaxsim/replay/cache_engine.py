@@ -176,16 +176,78 @@ class _ListWalk(eqx.Module):
     lost: Bool[Array, ""]  # the head of the list preempted itself: it can never fit
 
 
+class _WalkPlan(eqx.Module):
+    """The running-list walk computed for every slot at once, valid when no request of the list has to be preempted
+    (``fits``: the blocks the reached requests need are all free; then the walk takes blocks only, in list order)."""
+
+    sched: Schedule
+    target: Int64[Array, " S"]  # tokens each reached request's blocks must hold after the pass
+    work: Bool[Array, " S"]  # reached requests whose blocks change (new blocks, or a block newly full to cache)
+    reached: Int64[Array, ""]  # requests the walk reaches before the budget runs out
+    budget: Int64[Array, ""]  # budget tokens left after them
+    fits: Bool[Array, ""]
+
+
+def _walk_plan(p, s: CacheState) -> _WalkPlan:
+    """The walk's schedule when the budget covers every running request's tokens (each gets what it wants) and the blocks
+    each needs (the step of :func:`walk_running`, for every slot); it ``fits`` when, besides, those blocks are free."""
+    e = s.engine
+    listed = jnp.arange(e.running.shape[0]) < e.num_running
+    rows = e.requests.rows(jnp.where(listed, e.running, e.requests.num_rows - 1))
+    length, computed = rows.length, rows.computed
+    decode = (rows.generated > 0) & (computed == length - 1) & ~rows.recomputing
+    want = jnp.where(listed, jnp.where(decode, jnp.minimum(1, p.max_model_len - length), length - computed), 0)
+    budget = p.max_num_batched_tokens
+    total = jnp.sum(want)
+    reached, tokens = listed, want  # when total <= budget (else the walk goes request by request)
+    target = computed + jnp.where(decode, 1, tokens)
+    need = jnp.where(reached, jnp.maximum(blocks_for(target, p.block_size) - rows.allocated_blocks, 0), 0)
+    full = jnp.minimum(target, length) // p.block_size
+    work = reached & ((need > 0) | (full > jnp.maximum(rows.allocated_blocks - 1, 0)))
+    sched = Schedule(kind=jnp.where(reached, jnp.where(decode, DECODE, PREFILL), NONE), tokens=tokens,
+                     computed_before=jnp.where(reached, computed, 0))
+    return _WalkPlan(sched=sched, target=target, work=work, reached=e.num_running, budget=budget - total,
+                     fits=(total <= budget) & (jnp.sum(need) <= s.pool.free_blocks))
+
+
+def _each_in_order(mask: Bool[Array, " S"], count, body, state):
+    """``body(slot, state)`` for the first ``count`` slots where ``mask`` holds, in slot order (each found by one
+    masked argmin: the passes touch a few slots, no prefix sum or sort of all of them)."""
+    slot = jnp.arange(mask.shape[0], dtype=jnp.int64)
+
+    def one(k, carry):
+        last, state = carry
+        i = jnp.argmin(jnp.where(mask & (slot > last), slot, mask.shape[0]))
+        return i, body(i, state)
+
+    return jax.lax.fori_loop(0, count, one, (jnp.asarray(-1, jnp.int64), state))[1]
+
+
+def _grow_planned(p, consts, pk, shapes, s: CacheState, plan: _WalkPlan) -> CacheState:
+    """When the plan fits: the blocks of the requests whose blocks change, in list order (the others' rows and blocks
+    stay as they are), so a pass walks only the requests that cross a block boundary."""
+    def one(i, s: CacheState) -> CacheState:
+        r = s.engine.running[i]
+        s, grown = _grow(p, consts, pk, shapes, s, r, _row(s, r), plan.target[i], jnp.ones((), bool))
+        return _put(s, r, grown)
+
+    return _each_in_order(plan.work, jnp.where(plan.fits, jnp.sum(plan.work), 0), one, s)
+
+
 def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
     """Budget tokens and blocks for every running request, in list order; when the pool cannot supply a request's
-    blocks, the tail of the list is preempted until it fits (the running-list loop of ``oracle_replay``)."""
+    blocks, the tail of the list is preempted until it fits (the running-list loop of ``oracle_replay``). When no
+    request needs preempting (the blocks they need are free) the walk is :func:`_walk_plan` plus the block changes of
+    the few requests that cross a block boundary; otherwise request by request."""
     slots = shapes.slots
+    plan = _walk_plan(p, s)
+    s = _grow_planned(p, consts, pk, shapes, s, plan)
     zeros = jnp.zeros((slots,), jnp.int64)
     start = _ListWalk(s=s, sched=Schedule(kind=zeros, tokens=zeros, computed_before=zeros), idx=jnp.zeros((), jnp.int64),
                       budget=p.max_num_batched_tokens, preempted=jnp.zeros((), jnp.int64), lost=jnp.zeros((), bool))
 
     def going(w: _ListWalk):
-        return (w.idx < w.s.engine.num_running) & (w.budget > 0) & ~w.lost
+        return (w.idx < w.s.engine.num_running) & (w.budget > 0) & ~w.lost & ~plan.fits
 
     def step(w: _ListWalk):
         r = w.s.engine.running[w.idx]
@@ -214,7 +276,10 @@ def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
                          preempted=w.preempted + n, lost=(~kept & (w.idx == 0)) | w.lost)
 
     # a request preempting itself ends the walk (the requests after it were preempted before it)
-    return jax.lax.while_loop(going, step, start)
+    w = jax.lax.while_loop(going, step, start)
+    pick = lambda a, b: jnp.where(plan.fits, a, b)  # noqa: E731
+    return _ListWalk(s=w.s, sched=jax.tree.map(pick, plan.sched, w.sched), idx=pick(plan.reached, w.idx),
+                     budget=pick(plan.budget, w.budget), preempted=w.preempted, lost=w.lost)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -338,12 +403,13 @@ def _emit(e: eng.EngineState, rows: eng.RequestState, ready, cost: eng.PassPrice
 def _complete(s: CacheState, done: Bool[Array, " S"]) -> CacheState:
     """Completed requests release their blocks (in list order) and leave the running list."""
     e = s.engine
+    slots = e.running.shape[0]
+    done = done & (jnp.arange(slots) < e.num_running)
 
     def one(i, pool):
-        return bp.release(pool, s.table[e.running[i]], done[i])
+        return bp.release(pool, s.table[e.running[i]], jnp.ones((), bool))
 
-    pool = jax.lax.fori_loop(0, e.num_running, one, s.pool)
-    slots = e.running.shape[0]
+    pool = _each_in_order(done, jnp.sum(done), one, s.pool)
     keep = (jnp.arange(slots) < e.num_running) & ~done
     pos = jnp.where(keep, jnp.cumsum(keep) - 1, slots)
     running = jnp.full((slots,), e.requests.num_rows - 1, jnp.int64).at[pos].set(e.running, mode="drop")
@@ -416,13 +482,35 @@ def _start(p: eng.EngineParams, rq: eng.Requests, shapes: Shapes, timeline_len: 
                       hit_tokens=jnp.zeros((rows,), jnp.int64)), consts
 
 
+def _room(p: eng.EngineParams, consts: eng.ReplayConstants, s: CacheState) -> Bool[Array, ""]:
+    """Whether the next pass surely fits the running list's slots: the running requests plus every request that could
+    be admitted (the preempted ones and those sent by the pass start, at most max_num_seqs in all) fit. A replay
+    without room stops before that pass with ``SLOTS_FULL`` (nothing of the pass applied), and goes on from there
+    at twice the slots (:func:`widen`): the replay is the one run at the larger capacity from the start."""
+    e = s.engine
+    slots = e.running.shape[0]
+    rows = e.next_arrival + jnp.arange(slots)
+    sent = jax.lax.dynamic_slice_in_dim(e.sent_ms, e.next_arrival, slots)  # S trailing +inf pads: always inside
+    arrived = jnp.sum((sent <= eng._clock(consts, e)) & (rows < consts.num_accepted))
+    return e.num_running + jnp.minimum(e.num_preempted + arrived, p.max_num_seqs - e.num_running) <= slots
+
+
+def _passes(p, consts, pk, shapes, s: CacheState, going) -> CacheState:
+    """Passes while ``going(s)`` and the next pass has room in the running list; a replay stopped for want of room is
+    ``SLOTS_FULL``."""
+    s = jax.lax.while_loop(lambda s: going(s) & _room(p, consts, s), partial(cache_pass, p, consts, pk, shapes), s)
+    full = going(s) & ~_room(p, consts, s)
+    return eqx.tree_at(lambda x: x.engine.status, s, jnp.where(full, eng.SLOTS_FULL, s.engine.status).astype(s.engine.status.dtype))
+
+
 def cached_replay(
     p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0,
 ) -> CachedReplay:
-    """Replay one trace on one worker configuration with prefix caching (pure; ``shapes`` and ``timeline_len`` static)."""
+    """Replay one trace on one worker configuration with prefix caching (pure; ``shapes`` and ``timeline_len`` static;
+    ``shapes.slots`` at least the max_num_seqs bucket, or the replay may end ``SLOTS_FULL``)."""
     ensure_x64()
     s, consts = _start(p, rq, shapes, timeline_len)
-    s = jax.lax.while_loop(lambda s: eng._active(p, s.engine), partial(cache_pass, p, consts, pk, shapes), s)
+    s = _passes(p, consts, pk, shapes, s, lambda s: eng._active(p, s.engine))
     return cached_finish(rq, s, consts)
 
 
@@ -461,7 +549,14 @@ def advance_until(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKe
         e = s.engine
         return eng._active(p, e) & (eng._clock(consts, e) < stop_ms) & (e.num_done <= stop_done)
 
-    return jax.lax.while_loop(going, partial(cache_pass, p, consts, pk, shapes), s)
+    return _passes(p, consts, pk, shapes, s, going)
+
+
+def widen(s: CacheState, consts: eng.ReplayConstants, slots: int) -> tuple[CacheState, eng.ReplayConstants]:
+    """Host-side (numpy): a replay's state at ``slots`` (more) running-list slots and block tables; a replay that
+    stopped ``SLOTS_FULL`` runs again (:func:`~jaxsim.replay.engine.widen_stack`, one replay)."""
+    e, consts = eng.widen_stack(jax.device_get(s.engine), jax.device_get(consts), slots)
+    return eqx.tree_at(lambda x: (x.engine, x.pool), s, (e, bp.widen_tables(jax.device_get(s.pool), slots))), consts
 
 
 def insert_request(s: CacheState, consts: eng.ReplayConstants, rq: eng.Requests, pk: PromptKeys, row: Int64[Array, ""],
@@ -490,6 +585,7 @@ def insert_request(s: CacheState, consts: eng.ReplayConstants, rq: eng.Requests,
 cached_start_jit = jit_x64(cached_start, static_argnames=("shapes", "timeline_len"))
 # the loop state is donated: a call writes the pool in place instead of copying it (about 4 MB at 26k blocks) first
 advance_until_jit = jit_x64(advance_until, static_argnames=("shapes",), donate_argnames=("s",))
+# (shapes.slots must equal the state's running-list slots: :func:`widen` changes both)
 insert_request_jit = jit_x64(insert_request, donate_argnames=("s", "consts", "rq", "pk"))
 cached_finish_jit = jit_x64(cached_finish)
 

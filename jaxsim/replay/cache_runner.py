@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxsim._jax import compile_all, ensure_x64
+from jaxsim._jax import ensure_x64
 from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import cache_engine as ce
-from jaxsim.replay.engine import EngineParams, Requests
+from jaxsim.replay import executables as X
+from jaxsim.replay.engine import SLOTS_FULL, EngineParams, Requests
+from jaxsim.replay.runner import capacities
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,13 +37,16 @@ def _group_key(it: CachedItem) -> tuple:
 
 
 def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings: dict | None = None) -> list[ce.CachedReplay]:
-    """Run ``items`` grouped by static shapes, one compilation per group; their results (numpy), in order.
+    """Run ``items`` grouped by static shapes, one set of executables per group and slot capacity; their results (numpy),
+    in order.
 
-    Each item runs alone (:func:`~jaxsim.replay.cache_engine.cached_replay`, not vmapped): the pool is written cell
-    by cell, which XLA does in place for one replay, while under ``vmap`` the writes become scatters that copy the
-    pool and the block tables every request (a 200-request Mooncake replay: 0.5 s alone, 190 s as a stack of one).
-    ``timings`` (optional) accumulates ``compile_s``, ``run_s``, ``compilations`` and ``executables_loaded``
-    (executables come through the on-disk executable cache)."""
+    Each item runs alone (not vmapped): the pool is written cell by cell, which XLA does in place for one replay, while
+    under ``vmap`` the writes become scatters that copy the pool and the block tables every request (a 200-request
+    Mooncake replay: 0.5 s alone, 190 s as a stack of one). A replay climbs a ladder of running-list slots as the
+    ordinary engine's single replays do (:func:`~jaxsim.replay.runner.capacities`: 64 slots first when the
+    max_num_seqs bucket is above 128, doubling on ``SLOTS_FULL``): a pass's fixed cost grows with the slots (one
+    decoding request at 1,024 slots: 85 us a pass; at 64: 11 us). ``timings`` (optional) accumulates ``compile_s``,
+    ``run_s``, ``compilations`` and ``executables_loaded`` (executables come through the on-disk executable cache)."""
     ensure_x64()
     groups: dict = {}
     for i, it in enumerate(items):
@@ -49,31 +55,44 @@ def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings:
     for indices in groups.values():
         shapes = ce.widest(*(items[i].shapes for i in indices))
         tables = common_tables([items[i].params.table for i in indices])  # one table shape for the group
-        exe = None
         for i, table in zip(indices, tables):
-            args = (dataclasses.replace(items[i].params, table=table), items[i].requests, items[i].keys)
-            if exe is None:
-                exe = _executable(args, shapes, int(timeline_len), timings)
-            t0 = time.perf_counter()
-            out[i] = jax.tree.map(np.asarray, exe(*args))
-            _add(timings, "run_s", time.perf_counter() - t0)
+            it = items[i]
+            out[i] = _run_one(dataclasses.replace(it.params, table=table), it.requests, it.keys, shapes, int(timeline_len), timings)
     return out
 
 
-_LOADED: dict = {}  # this process's executables, by static shapes and argument shapes
+def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.Shapes, timeline_len: int,
+             timings: dict | None) -> ce.CachedReplay:
+    """One cached replay up the slot ladder (start, advance until done or ``SLOTS_FULL``, widen, ..., finish)."""
+    ladder = capacities(shapes.slots, 1)
+    exe = _executables(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, timings)
+    t0 = time.perf_counter()
+    s, consts = exe["start"](params, rq)
+    never, unlimited = np.float64(np.inf), np.int64(np.iinfo(np.int64).max)
+    for k, slots in enumerate(ladder):
+        if k:
+            s, consts = ce.widen(s, consts, slots)
+            exe = _executables(params, rq, pk, shapes._replace(slots=slots), timeline_len, timings)
+            t0 = time.perf_counter()
+        s = exe["advance"](params, consts, pk, s, never, unlimited)
+        if int(s.engine.status) != SLOTS_FULL:
+            break
+        _add(timings, "run_s", time.perf_counter() - t0)
+    res = jax.tree.map(np.asarray, exe["finish"](rq, s, consts))
+    _add(timings, "run_s", time.perf_counter() - t0)
+    return res
 
 
-def _executable(args, shapes: ce.Shapes, timeline_len: int, timings: dict | None):
-    """The compiled cached replay for ``args`` (this process's, else the on-disk executable cache's, else compiled)."""
-    key = (shapes, timeline_len, tuple((a.shape, str(a.dtype)) for a in jax.tree.leaves(args)))
-    if key not in _LOADED:
-        t0 = time.perf_counter()
-        [exe], compiled, loaded = compile_all([("cached_replay", ce.cached_replay_jit, args, {"shapes": shapes, "timeline_len": timeline_len})])
-        _LOADED[key] = exe
-        _add(timings, "compile_s", time.perf_counter() - t0)
-        _add(timings, "compilations", compiled)
-        _add(timings, "executables_loaded", loaded)
-    return _LOADED[key]
+def _executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, timings: dict | None) -> dict:
+    """The start, advance and finish executables of cached replays at ``shapes`` (through the executable cache)."""
+    statics = dict(shapes=shapes, timeline_len=timeline_len)
+    s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), params, rq)
+    f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
+    calls = [X.Call(X.CACHED_START, (params, rq), statics),
+             X.Call(X.CACHED_ADVANCE_UNTIL, (params, c_abs, pk, s_abs, f64, i64), dict(shapes=shapes)),
+             X.Call(X.CACHED_FINISH, (rq, s_abs, c_abs))]
+    X.compile_calls(calls, timings)
+    return dict(zip(("start", "advance", "finish"), (X.executable(c) for c in calls)))
 
 
 def _add(timings: dict | None, key: str, value) -> None:

@@ -157,40 +157,53 @@ class CachedEngineLoop:
     """The engines of a stage's pool with prefix caching (:mod:`jaxsim.replay.cache_engine`): each replica its own
     replay with its own block pool, called one replica at a time (under ``vmap`` the pool's in-place writes become
     copies of it). Same interface as :class:`EngineLoop`, plus each engine row's cache-hit tokens after
-    :meth:`finish`. The running list has the pool's max_num_seqs bucket of slots from the start (never full)."""
+    :meth:`finish`. Each replica climbs the slot ladder on its own (first rung as :class:`EngineLoop`'s, doubling on
+    ``SLOTS_FULL``: :func:`~jaxsim.replay.cache_engine.widen`)."""
 
     def __init__(self, stage, timeline_len: int, timings: dict | None = None, report: Callable | None = None):
         ensure_x64()
-        self.report, self.reported = report, time.monotonic()
+        self.report, self.reported, self.timings = report, time.monotonic(), timings
         pool, n, reps = stage.pool, int(stage.arrival_ms.size), int(stage.pool.replicas)
         self.reps, self.size, self.max_model_len = reps, request_bucket(max(n, 1)), int(pool.max_model_len)
         self.params = jax.device_put(pool.params(stage.nextn, stage.accept_rates, stage.max_passes, 0))
         flat, capacity = ce.prompt_keys(list(stage.keys), stage.num_keys, n)
         self.key_offset = np.asarray(flat.offset)  # request (stage order) -> where its keys start in flat.keys
-        shapes = ce.shapes_for(stage.input_tokens, stage.output_tokens, max_num_seqs=pool.max_num_seqs, block_size=pool.block_size,
-                               num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
+        self.shapes = ce.shapes_for(stage.input_tokens, stage.output_tokens, max_num_seqs=pool.max_num_seqs, block_size=pool.block_size,
+                                    num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
+        self.ladder = capacities(self.shapes.slots, 1)
+        self.timeline_len = int(timeline_len)
         put = jax.device_put
         rq = Requests(arrival_ms=put(np.full(self.size, np.inf)), input_tokens=put(np.ones(self.size, np.int64)),
                       output_tokens=put(np.ones(self.size, np.int64)), valid=put(np.zeros(self.size, bool)),
                       materialized=put(np.zeros(self.size, bool)))
         pk = ce.PromptKeys(keys=flat.keys, offset=put(np.zeros(self.size, np.int64)))
-        statics = dict(shapes=shapes, timeline_len=int(timeline_len))
-        s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), self.params, rq)
-        f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
-        rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
-        calls = [X.Call(X.CACHED_START, (self.params, rq_abs), statics),
-                 X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64), dict(shapes=shapes)),
-                 X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64)),
-                 X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
-        X.compile_calls(calls, timings)
-        self.exe = dict(zip(("start", "advance", "insert", "finish"), (X.executable(c) for c in calls)))
+        self.exe: dict[int, dict] = {}
+        first = self._executables(self.ladder[0], rq, pk)
         # each replica its own buffers: the advance and insert calls take (donate) them and write them in place
-        started = [self.exe["start"](self.params, rq) for _ in range(reps)]
+        started = [first["start"](self.params, rq) for _ in range(reps)]
         self.s, self.consts = [s for s, _ in started], [c for _, c in started]
         self.rq, self.pk = [jax.tree.map(jnp.copy, rq) for _ in range(reps)], [jax.tree.map(jnp.copy, pk) for _ in range(reps)]
+        self.slots = [self.ladder[0]] * reps
         self.views: list = [jax.tree.map(np.asarray, _SNAPSHOT_ONE(s.engine)) for s in self.s]
         self.fresh = np.zeros(reps, bool)  # a request was inserted since the replica's last advance
         self.first_hit_tokens: np.ndarray | None = None
+
+    def _executables(self, slots: int, rq=None, pk=None) -> dict:
+        """The start, advance, insert and finish executables at ``slots`` running-list slots."""
+        if slots not in self.exe:
+            rq, pk = (self.rq[0], self.pk[0]) if rq is None else (rq, pk)
+            shapes = self.shapes._replace(slots=slots)
+            statics = dict(shapes=shapes, timeline_len=self.timeline_len)
+            s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), self.params, rq)
+            f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
+            rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
+            calls = [X.Call(X.CACHED_START, (self.params, rq_abs), statics),
+                     X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64), dict(shapes=shapes)),
+                     X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64)),
+                     X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
+            X.compile_calls(calls, self.timings)
+            self.exe[slots] = dict(zip(("start", "advance", "insert", "finish"), (X.executable(c) for c in calls)))
+        return self.exe[slots]
 
     def advance(self, stop_ms: np.ndarray, stop_done: np.ndarray | None = None) -> Snapshot:
         """As :meth:`EngineLoop.advance`; a replica with nothing to run (not running, nothing inserted) is not called."""
@@ -199,8 +212,14 @@ class CachedEngineLoop:
         for w in range(self.reps):
             if int(self.views[w].status[0]) != RUNNING and not self.fresh[w]:
                 continue
-            self.s[w] = self.exe["advance"](self.params, self.consts[w], self.pk[w], self.s[w], np.float64(stop[w]), np.int64(done[w]))
-            self.views[w] = jax.tree.map(np.asarray, _SNAPSHOT_ONE(self.s[w].engine))
+            while True:
+                exe = self._executables(self.slots[w])
+                self.s[w] = exe["advance"](self.params, self.consts[w], self.pk[w], self.s[w], np.float64(stop[w]), np.int64(done[w]))
+                self.views[w] = jax.tree.map(np.asarray, _SNAPSHOT_ONE(self.s[w].engine))
+                if int(self.views[w].status[0]) != SLOTS_FULL:
+                    break
+                self.slots[w] = min(2 * self.slots[w], self.shapes.slots)
+                self.s[w], self.consts[w] = jax.device_put(ce.widen(self.s[w], self.consts[w], self.slots[w]))
             self.fresh[w] = False
         view = jax.tree.map(lambda *a: np.concatenate(a), *self.views)
         if self.report is not None and time.monotonic() - self.reported >= REPORT_S:
@@ -211,7 +230,7 @@ class CachedEngineLoop:
     def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1) -> None:
         """As :meth:`EngineLoop.insert`; ``request`` (the stage position) gives the row its prompt keys."""
         w = int(replica)
-        self.s[w], self.consts[w], self.rq[w], self.pk[w] = self.exe["insert"](
+        self.s[w], self.consts[w], self.rq[w], self.pk[w] = self._executables(self.slots[w])["insert"](
             self.s[w], self.consts[w], self.rq[w], self.pk[w], np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),
             np.int64(output_tokens), np.int64(self.max_model_len), np.int64(self.key_offset[int(request)]))
         self.fresh[w] = True
@@ -219,6 +238,7 @@ class CachedEngineLoop:
     def finish(self) -> ReplayResult:
         """As :meth:`EngineLoop.finish`; each engine row's prompt tokens read from the cache at its first admission go
         to ``first_hit_tokens`` (replica on axis 0)."""
-        out = [jax.tree.map(np.asarray, self.exe["finish"](self.rq[w], self.s[w], self.consts[w])) for w in range(self.reps)]
+        out = [jax.tree.map(np.asarray, self._executables(self.slots[w])["finish"](self.rq[w], self.s[w], self.consts[w]))
+               for w in range(self.reps)]
         self.first_hit_tokens = np.stack([o.first_hit_tokens for o in out])
         return jax.tree.map(lambda *a: np.stack(a), *(o.result for o in out))
