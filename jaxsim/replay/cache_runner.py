@@ -1,6 +1,6 @@
-"""Many prefix-caching replays: :func:`jaxsim.replay.cache_engine.cached_replay`, items grouped by their static shapes
-(request bucket, key capacity, pool and table sizes in powers of two) so that nearby configurations and traces share
-one compilation, each item run alone (see :func:`run_cached_items`)."""
+"""Many prefix-caching replays (:mod:`jaxsim.replay.cache_engine`): items grouped by their static shapes (request bucket,
+key capacity, pool and table sizes in powers of two) so that nearby configurations and traces share one set of
+executables, each item run alone up a ladder of running-list slots (see :func:`run_cached_items`)."""
 
 from __future__ import annotations
 

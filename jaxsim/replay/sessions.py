@@ -14,6 +14,9 @@ KV router); the later turns of a session follow it to the same replica (session 
 holds its context). A turn no replica can ever run (too long, larger than the pool) is rejected without
 entering an engine, and its session ends there: its later turns are never sent (terminal ``unfinished``,
 no send time). A prompt's length is the trace's (a later turn's prompt holds the conversation so far).
+
+With prompt block keys (a trace with ``hash_ids`` and prefix caching on) every replica caches prefixes
+(:class:`~jaxsim.replay.inloop.CachedEngineLoop`): a later turn reads what its conversation left on its replica.
 """
 
 from __future__ import annotations
