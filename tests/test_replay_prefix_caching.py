@@ -17,17 +17,16 @@ from replay_support import golden_table
 from typer.testing import CliRunner
 
 from jaxsim.cli.main import app
+from jaxsim.deploy.binding import bind
 from jaxsim.errors import QueryError
 from jaxsim.replay import cache_engine as ce
-from jaxsim.replay.deployment import ReplayConfig, WorkerPool
-from jaxsim.deploy.binding import bind
-from jaxsim.replay.deployment import config_from_binding
+from jaxsim.replay.deployment import ReplayConfig, WorkerPool, config_from_binding
 from jaxsim.replay.engine import COMPLETED, make_params
-from jaxsim.rules.config import load_config
 from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
 from jaxsim.replay.prefix_cache import HashIds, block_keys, read_hash_ids
 from jaxsim.replay.traces import load_trace, make_trace
 from jaxsim.router import Router
+from jaxsim.rules.config import load_config
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
