@@ -456,13 +456,16 @@ def run_cached(case: dict, d: Path) -> dict:
     from jaxsim.kernels.buckets import pow2_bucket
     from jaxsim.replay import cache_engine as ce
     from jaxsim.replay.engine import DONE, make_params
+    from jaxsim.replay.runner import stretch_lookahead
 
     table, trace, keys, num_keys, kw, order = _prefix_inputs(case, d)
     pad = int(pow2_bucket(len(trace), 16))
     pk, capacity = ce.prompt_keys(keys, num_keys, pad)
     shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, num_keys=capacity, **{
         k: kw[k] for k in ("max_num_seqs", "block_size", "num_gpu_blocks", "max_model_len")})
-    out = jax.tree.map(np.asarray, ce.cached_replay_jit(make_params(table, **kw), trace.requests(pad), pk, shapes))
+    # decode stretches as jaxsim replay runs them (jaxsim.replay.cache_runner; the slot ladder is checked by the tests)
+    out = jax.tree.map(np.asarray, ce.cached_replay_jit(make_params(table, **kw), trace.requests(pad), pk, shapes,
+                                                        lookahead=stretch_lookahead(1)))
     res = out.result
     rows = {}
     for i in range(len(trace)):

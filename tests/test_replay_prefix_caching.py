@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -21,7 +22,7 @@ from jaxsim.deploy.binding import bind
 from jaxsim.errors import QueryError
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool, config_from_binding
-from jaxsim.replay.engine import COMPLETED, make_params
+from jaxsim.replay.engine import COMPLETED, PASS_LIMIT, make_params
 from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
 from jaxsim.replay.prefix_cache import HashIds, block_keys, read_hash_ids
 from jaxsim.replay.traces import load_trace, make_trace
@@ -109,6 +110,44 @@ def test_the_slot_ladder_replays_as_the_full_capacity():
                          ("cache_hit_tokens", direct.first_hit_tokens), ("preemptions", direct.result.preemptions)):
         np.testing.assert_array_equal(on.requests[mine], np.asarray(theirs)[:n], err_msg=mine)
     assert on.summary["cache_hit_tokens"] > 0
+
+
+STRETCH_SHAPES = ce.Shapes(slots=8, table_blocks=64, pool_blocks=256, num_keys=256)
+
+
+def _stretch_case(seed: int):
+    """A random shared-prefix replay on a small pool (preemptions, evictions, pass limits), at fixed static shapes."""
+    g = np.random.default_rng(seed)
+    n, tbs, bs = int(g.integers(3, 40)), 16, int(g.choice([8, 16, 32]))
+    hashes = [[100 * int(g.integers(0, 3)) + j for j in range(int(g.integers(1, 4)))]
+              + [10_000 + 10 * i + j for j in range(int(g.integers(1, 4)))] for i in range(n)]
+    prompts = [len(h) * tbs - int(g.integers(0, tbs)) for h in hashes]
+    trace = make_trace("t", np.sort(g.uniform(0, float(g.choice([5, 50, 500])), n)), prompts, g.integers(1, 80, n), rebase=False)
+    trace = dataclasses.replace(trace, hash_ids=HashIds.from_rows([hashes[r] for r in trace.row.tolist()]), trace_block_size=tbs)
+    seqs, blocks = int(g.integers(1, 9)), int(g.integers(8, 200))
+    params = make_params(golden_table("ar_core"), max_num_batched_tokens=int(g.choice([16, 64, 128])), max_num_seqs=seqs, block_size=bs,
+                         num_gpu_blocks=blocks, num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=1024,
+                         max_passes=int(g.choice([10**6, int(g.integers(5, 200))])))
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, tbs, bs)
+    pk, _ = ce.prompt_keys(keys, num_keys, 64)
+    pk = ce.PromptKeys(keys=jax.device_put(np.concatenate([np.asarray(pk.keys), np.zeros(512 - pk.keys.shape[0], np.int64)])), offset=pk.offset)
+    return params, trace.requests(64), pk
+
+
+def test_decode_stretches_equal_the_cached_engine_pass_by_pass():
+    """Decode stretches of up to 8 passes change nothing but the loop steps: every per-request field, hit tokens,
+    status, pass count and timeline row equal the pass-by-pass run (random cases with evictions and pass limits)."""
+    statuses, fewer = set(), 0
+    for seed in range(24):
+        params, rq, pk = _stretch_case(seed)
+        one = jax.tree.map(np.asarray, ce.cached_replay_jit(params, rq, pk, STRETCH_SHAPES, timeline_len=1024, lookahead=0))
+        ahead = jax.tree.map(np.asarray, ce.cached_replay_jit(params, rq, pk, STRETCH_SHAPES, timeline_len=1024, lookahead=8))
+        for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(one)[0], jax.tree.leaves(ahead)):
+            if "num_steps" not in str(path):
+                np.testing.assert_array_equal(a, b, err_msg=f"seed {seed} {path}")
+        statuses.add(int(one.result.status))
+        fewer += int(ahead.result.num_steps) < int(one.result.num_steps)
+    assert {COMPLETED, PASS_LIMIT} <= statuses and fewer >= 18
 
 
 def test_each_round_robin_replica_has_its_own_cache():

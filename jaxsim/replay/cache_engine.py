@@ -23,7 +23,6 @@ become scatters that copy the pool, so :mod:`jaxsim.replay.cache_runner` runs ea
 
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 import equinox as eqx
@@ -36,7 +35,9 @@ from jaxsim._jax import ensure_x64, jit_x64
 from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.capacity import blocks_for
 from jaxsim.replay import block_pool as bp
+from jaxsim.replay import cache_stretch as cs
 from jaxsim.replay import engine as eng
+from jaxsim.replay.stretch import eligible as stretch_eligible
 
 NONE, DECODE, PREFILL = 0, 1, 2  # what a slot does in a pass
 
@@ -495,22 +496,53 @@ def _room(p: eng.EngineParams, consts: eng.ReplayConstants, s: CacheState) -> Bo
     return e.num_running + jnp.minimum(e.num_preempted + arrived, p.max_num_seqs - e.num_running) <= slots
 
 
-def _passes(p, consts, pk, shapes, s: CacheState, going) -> CacheState:
-    """Passes while ``going(s)`` and the next pass has room in the running list; a replay stopped for want of room is
-    ``SLOTS_FULL``."""
-    s = jax.lax.while_loop(lambda s: going(s) & _room(p, consts, s), partial(cache_pass, p, consts, pk, shapes), s)
+def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int) -> CacheState:
+    """Up to ``lookahead`` decode-only passes at once (:mod:`jaxsim.replay.cache_stretch`): priced together, then the
+    pool work of the requests that crossed a block boundary, pass by pass and in list order, then their rows."""
+    if lookahead == 0:
+        return s
+    e = s.engine
+    listed = jnp.arange(e.running.shape[0]) < e.num_running
+    can = stretch_eligible(p, e, listed, e.requests.rows(jnp.where(listed, e.running, eng._padding_row(e))))
+    # only the plan goes through the cond (a branch returning the state would copy it)
+    planned = lambda: cs.plan(p, consts, s, lookahead)  # noqa: E731
+    nothing = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(planned))  # noqa: E731
+    x = jax.lax.cond(can, planned, nothing)
+    slots = shapes.slots
+    work = cs.pool_work(x, p.block_size).reshape(-1)  # (pass, slot) in pass order, then list order
+
+    def one(f, s: CacheState) -> CacheState:
+        j, i = f // slots, f % slots
+        r = x.requests[i]
+        row = _set(_row(s, r), generated=x.generated[j, i])  # the row entering pass j (its blocks: as left so far)
+        s, grown = _grow(p, consts, pk, shapes, s, r, row, x.prompt_tokens[i] + x.generated[j, i], jnp.ones((), bool))
+        return _put(s, r, grown)
+
+    s = _each_in_order(work, jnp.sum(work), one, s)
+    return eqx.tree_at(lambda t: t.engine, s, cs.commit_rows(s.engine, x))
+
+
+def _passes(p, consts, pk, shapes, s: CacheState, going, lookahead: int = 0) -> CacheState:
+    """Loop steps (a decode stretch of up to ``lookahead`` passes, then one pass) while ``going(s)`` and the next pass
+    has room in the running list; a replay stopped for want of room is ``SLOTS_FULL``."""
+
+    def step(s: CacheState) -> CacheState:
+        return cache_pass(p, consts, pk, shapes, decode_stretch(p, consts, pk, shapes, s, lookahead))
+
+    s = jax.lax.while_loop(lambda s: going(s) & _room(p, consts, s), step, s)
     full = going(s) & ~_room(p, consts, s)
     return eqx.tree_at(lambda x: x.engine.status, s, jnp.where(full, eng.SLOTS_FULL, s.engine.status).astype(s.engine.status.dtype))
 
 
 def cached_replay(
-    p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0,
+    p: eng.EngineParams, rq: eng.Requests, pk: PromptKeys, shapes: Shapes, *, timeline_len: int = 0, lookahead: int = 0,
 ) -> CachedReplay:
-    """Replay one trace on one worker configuration with prefix caching (pure; ``shapes`` and ``timeline_len`` static;
-    ``shapes.slots`` at least the max_num_seqs bucket, or the replay may end ``SLOTS_FULL``)."""
+    """Replay one trace on one worker configuration with prefix caching (pure; ``shapes``, ``timeline_len`` and
+    ``lookahead`` (decode stretches; 0: pass by pass) static; ``shapes.slots`` at least the max_num_seqs bucket, or the
+    replay may end ``SLOTS_FULL``)."""
     ensure_x64()
     s, consts = _start(p, rq, shapes, timeline_len)
-    s = _passes(p, consts, pk, shapes, s, lambda s: eng._active(p, s.engine))
+    s = _passes(p, consts, pk, shapes, s, lambda s: eng._active(p, s.engine), lookahead)
     return cached_finish(rq, s, consts)
 
 
@@ -523,7 +555,7 @@ def cached_finish(rq: eng.Requests, s: CacheState, consts: eng.ReplayConstants) 
                         hit_tokens=s.hit_tokens[:n][inverse])
 
 
-cached_replay_jit = jit_x64(cached_replay, static_argnames=("shapes", "timeline_len"))
+cached_replay_jit = jit_x64(cached_replay, static_argnames=("shapes", "timeline_len", "lookahead"))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -538,18 +570,19 @@ def cached_start(p: eng.EngineParams, rq: eng.Requests, *, shapes: Shapes, timel
 
 
 def advance_until(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, s: CacheState, stop_ms: Float64[Array, ""],
-                  stop_done: Int64[Array, ""], *, shapes: Shapes) -> CacheState:
+                  stop_done: Int64[Array, ""], *, shapes: Shapes, lookahead: int = 0) -> CacheState:
     """Passes while the replay is active and its next pass would start before ``stop_ms`` (a pass starting at or
     after an arrival would see it), and until a pass takes its completed requests above ``stop_done``: the cached
     counterpart of :func:`~jaxsim.replay.engine.advance_until_stack`, for one replay (under ``vmap`` the pool's
-    in-place writes become copies)."""
+    in-place writes become copies). ``lookahead`` (static): decode stretches, only for a replay run to its end
+    (``stop_ms`` infinite and no ``stop_done``: a stretch would run past a stop)."""
     ensure_x64()
 
     def going(s: CacheState):
         e = s.engine
         return eng._active(p, e) & (eng._clock(consts, e) < stop_ms) & (e.num_done <= stop_done)
 
-    return _passes(p, consts, pk, shapes, s, going)
+    return _passes(p, consts, pk, shapes, s, going, lookahead)
 
 
 def widen(s: CacheState, consts: eng.ReplayConstants, slots: int) -> tuple[CacheState, eng.ReplayConstants]:
@@ -584,7 +617,7 @@ def insert_request(s: CacheState, consts: eng.ReplayConstants, rq: eng.Requests,
 
 cached_start_jit = jit_x64(cached_start, static_argnames=("shapes", "timeline_len"))
 # the loop state is donated: a call writes the pool in place instead of copying it (about 4 MB at 26k blocks) first
-advance_until_jit = jit_x64(advance_until, static_argnames=("shapes",), donate_argnames=("s",))
+advance_until_jit = jit_x64(advance_until, static_argnames=("shapes", "lookahead"), donate_argnames=("s",))
 # (shapes.slots must equal the state's running-list slots: :func:`widen` changes both)
 insert_request_jit = jit_x64(insert_request, donate_argnames=("s", "consts", "rq", "pk"))
 cached_finish_jit = jit_x64(cached_finish)

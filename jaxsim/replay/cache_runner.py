@@ -18,7 +18,7 @@ from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import executables as X
 from jaxsim.replay.engine import SLOTS_FULL, EngineParams, Requests
-from jaxsim.replay.runner import capacities
+from jaxsim.replay.runner import capacities, stretch_lookahead
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,7 +45,8 @@ def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings:
     Mooncake replay: 0.5 s alone, 190 s as a stack of one). A replay climbs a ladder of running-list slots as the
     ordinary engine's single replays do (:func:`~jaxsim.replay.runner.capacities`: 64 slots first when the
     max_num_seqs bucket is above 128, doubling on ``SLOTS_FULL``): a pass's fixed cost grows with the slots (one
-    decoding request at 1,024 slots: 85 us a pass; at 64: 11 us). ``timings`` (optional) accumulates ``compile_s``,
+    decoding request at 1,024 slots: 85 us a pass; at 64: 11 us). A loop step is a decode stretch
+    (:mod:`jaxsim.replay.cache_stretch`, the ordinary engine's lookahead) and one pass. ``timings`` (optional) accumulates ``compile_s``,
     ``run_s``, ``compilations`` and ``executables_loaded`` (executables come through the on-disk executable cache)."""
     ensure_x64()
     groups: dict = {}
@@ -65,14 +66,15 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
              timings: dict | None) -> ce.CachedReplay:
     """One cached replay up the slot ladder (start, advance until done or ``SLOTS_FULL``, widen, ..., finish)."""
     ladder = capacities(shapes.slots, 1)
-    exe = _executables(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, timings)
+    lookahead = stretch_lookahead(1)
+    exe = _executables(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, lookahead, timings)
     t0 = time.perf_counter()
     s, consts = exe["start"](params, rq)
     never, unlimited = np.float64(np.inf), np.int64(np.iinfo(np.int64).max)
     for k, slots in enumerate(ladder):
         if k:
             s, consts = ce.widen(s, consts, slots)
-            exe = _executables(params, rq, pk, shapes._replace(slots=slots), timeline_len, timings)
+            exe = _executables(params, rq, pk, shapes._replace(slots=slots), timeline_len, lookahead, timings)
             t0 = time.perf_counter()
         s = exe["advance"](params, consts, pk, s, never, unlimited)
         if int(s.engine.status) != SLOTS_FULL:
@@ -83,13 +85,14 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
     return res
 
 
-def _executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, timings: dict | None) -> dict:
-    """The start, advance and finish executables of cached replays at ``shapes`` (through the executable cache)."""
+def _executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None) -> dict:
+    """The start, advance (decode stretches of up to ``lookahead`` passes) and finish executables of cached replays at
+    ``shapes`` (through the executable cache)."""
     statics = dict(shapes=shapes, timeline_len=timeline_len)
     s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), params, rq)
     f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
     calls = [X.Call(X.CACHED_START, (params, rq), statics),
-             X.Call(X.CACHED_ADVANCE_UNTIL, (params, c_abs, pk, s_abs, f64, i64), dict(shapes=shapes)),
+             X.Call(X.CACHED_ADVANCE_UNTIL, (params, c_abs, pk, s_abs, f64, i64), dict(shapes=shapes, lookahead=lookahead)),
              X.Call(X.CACHED_FINISH, (rq, s_abs, c_abs))]
     X.compile_calls(calls, timings)
     return dict(zip(("start", "advance", "finish"), (X.executable(c) for c in calls)))

@@ -1,0 +1,154 @@
+"""Decode stretches of the prefix-caching engine: up to ``lookahead`` decode-only passes in one loop step.
+
+The ordinary engine's stretches (:mod:`jaxsim.replay.stretch`) with the cached engine's rules
+(:mod:`jaxsim.replay.cache_engine`): every running request decodes one token per pass (autoregressive only), the
+decode lookup's past KV is capped at the pool's tokens, and KV blocks come from the block pool. A stretch runs the
+candidate passes up to the first one where a request would finish, a waiting request could be admitted (one is
+waiting, or arrives, while a seat is free), the blocks the list needs are not all free (the pool only shrinks along
+a stretch: nothing finishes), a lookup leaves measured support, or the pass limit is reached; that pass is left to
+the ordinary pass. Its passes are priced together (one vectorised decode lookup per candidate pass, the clock
+chained addition by addition as the reference does); then the pool work of the requests that crossed a block
+boundary (a new block, or a block newly full to cache) is done in pass order and list order, exactly as the passes
+would have done it one by one (the pool's choices never change a time). ``tests/test_replay_prefix_caching.py``
+checks stretch == pass by pass (``lookahead=0``) field by field.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float64, Int64
+
+from jaxsim.kernels import status as st
+from jaxsim.replay import engine as eng
+from jaxsim.replay import stretch as plain
+
+
+class CachedStretch(eqx.Module):
+    """The candidate passes of a stretch (``J = lookahead`` rows) over the running slots (``S``)."""
+
+    requests: Int64[Array, " S"]  # rows of the running slots (the padding row past the list)
+    listed: Bool[Array, " S"]
+    rows: eng.RequestState  # the running slots' rows at the stretch's start
+    prompt_tokens: Int64[Array, " S"]
+    generated: Int64[Array, "K S"]  # K = J + 1: generated tokens entering candidate pass j (row J: after the last)
+    allocated_blocks: Int64[Array, "K S"]  # blocks held entering pass j (row J: after the last)
+    decode_kv_tokens: Int64[Array, " J"]
+    start_ms: Float64[Array, " J"]
+    end_ms: Float64[Array, " J"]
+    used_blocks: Int64[Array, " J"]  # pool blocks in use after candidate pass j's blocks are taken
+    length: Int64[Array, ""]  # passes [0, length) of the stretch are run
+
+
+def plan(p: eng.EngineParams, consts: eng.ReplayConstants, s, lookahead: int) -> CachedStretch:
+    """The candidate passes from ``s`` (a :class:`~jaxsim.replay.cache_engine.CacheState`) and how many of them run."""
+    e = s.engine
+    slot = jnp.arange(e.running.shape[0])
+    listed = slot < e.num_running
+    requests = jnp.where(listed, e.running, eng._padding_row(e))
+    rows = e.requests.rows(requests)
+    ok_start = plain.eligible(p, e, listed, rows)
+
+    step = jnp.arange(lookahead + 1, dtype=jnp.int64)[:, None]
+    generated = rows.generated + jnp.where(listed, step, 0)  # [J+1, S]: one token per decode pass
+    length = rows.prompt_tokens + generated  # entering each candidate pass
+    finishes = jnp.any(listed & (rows.output_tokens - generated[:-1] <= 1), axis=1)
+
+    # a decode pass's target is its known length: blocks for it, from the pool's free blocks (nothing is released)
+    held0 = jnp.where(listed, rows.allocated_blocks, 0)
+    after = jnp.maximum(held0, jnp.where(listed, plain._blocks(length[:-1], p.block_size), 0))  # [J, S]
+    taken = jnp.sum(after - held0, axis=1)
+    short = taken > s.pool.free_blocks
+
+    # admission: nobody may be waiting for a free seat at any pass of the stretch
+    next_sent_ms = e.sent_ms[e.next_arrival]
+    seats_full = e.num_running >= p.max_num_seqs
+
+    decode_kv_tokens = jnp.minimum(jnp.sum(jnp.where(listed, length[:-1] - 1, 0), axis=1), p.num_gpu_blocks * p.block_size)
+    zeros = jnp.zeros((lookahead,), jnp.int64)
+    has_d, decode_ms, code = plain._decode_lookups(p, zeros, e.num_running, decode_kv_tokens)
+    unsupported = code >= st.FIRST_UNSUPPORTED
+    zero = jax.vmap(eng._runtime_zero)(e.passes + jnp.arange(lookahead, dtype=jnp.int64))  # see stretch.plan_stretch
+    rounded_ms = jax.vmap(eng._pass_duration_ms)(jnp.where(unsupported, 0.0, decode_ms), zero)
+    duration_ms = eng._opaque(jnp.where(has_d & ~unsupported, rounded_ms, 0.0), zero)
+    starts, ends = [], []
+    t = e.now_ms
+    for j in range(lookahead):
+        starts.append(t)
+        t = t + duration_ms[j]
+        ends.append(t)
+    start_ms, end_ms = jnp.stack(starts), jnp.stack(ends)
+
+    arrives = ~seats_full & (next_sent_ms <= start_ms)
+    # the ordinary pass after the stretch must still be a pass: within the pass limit, and with room in the running
+    # list for all it could admit at its start (cache_engine._room, at the end of each candidate pass)
+    within = e.passes + jnp.arange(lookahead) + 1 < p.max_passes
+    window = jax.lax.dynamic_slice_in_dim(e.sent_ms, e.next_arrival, slot.shape[0])
+    real = e.next_arrival + slot < consts.num_accepted
+    arrived = jnp.sum(real & (window[None, :] <= end_ms[:, None]), axis=1)
+    room = e.num_running + jnp.minimum(e.num_preempted + arrived, p.max_num_seqs - e.num_running) <= slot.shape[0]
+    ok = ok_start & within & room & ~finishes & ~short & ~arrives & ~unsupported
+    n = jnp.sum(jnp.cumprod(ok.astype(jnp.int64)))
+    return CachedStretch(
+        requests=requests, listed=listed, rows=rows, prompt_tokens=rows.prompt_tokens, generated=generated,
+        allocated_blocks=jnp.concatenate([held0[None], after]),
+        decode_kv_tokens=decode_kv_tokens, start_ms=start_ms, end_ms=end_ms,
+        used_blocks=p.num_gpu_blocks - s.pool.free_blocks + taken, length=n,
+    )
+
+
+def pool_work(x: CachedStretch, block_size) -> Bool[Array, "J S"]:
+    """Which (pass, slot) of the passes run changes the pool: a new block, or a block newly full of known tokens (to
+    cache), as :func:`~jaxsim.replay.cache_engine._grow` decides at that pass (its target is the known length)."""
+    before, after = x.allocated_blocks[:-1], x.allocated_blocks[1:]
+    full = (x.prompt_tokens + x.generated[:-1]) // block_size
+    ran = jnp.arange(before.shape[0])[:, None] < x.length
+    return ran & x.listed & ((after > before) | (full > jnp.maximum(before - 1, 0)))
+
+
+def commit_rows(s: eng.EngineState, x: CachedStretch) -> eng.EngineState:
+    """The engine state after the stretch's passes [0, n): each running request's row (its blocks as the pool work
+    left them), the clock, the pass count and the timeline rows."""
+    n = x.length
+    lookahead = x.start_ms.shape[0]
+    ran = n > 0
+    last = jnp.maximum(n - 1, 0)
+    rows = x.rows
+    generated = x.generated[n]
+    zero = eng._runtime_zero(s.passes)
+    gap_sq, previous = rows.token_gap_sq_ms2, rows.last_token_ms
+    for j in range(lookahead):  # Σ squared gaps, emission by emission
+        gap_ms = eng._opaque(jnp.where(x.listed, x.end_ms[j] - previous, 0.0), zero)
+        gap_sq = jnp.where(j < n, gap_sq + eng._opaque(gap_ms * gap_ms, zero), gap_sq)
+        previous = x.end_ms[j]
+    advanced = rows.replace(
+        generated=generated, computed=rows.prompt_tokens + generated - 1, allocated_blocks=x.allocated_blocks[n],
+        decode_rounds=rows.decode_rounds + n,
+        second_token_ms=jnp.where(ran & jnp.isnan(rows.second_token_ms), x.end_ms[0], rows.second_token_ms),
+        last_token_ms=jnp.where(ran, x.end_ms[last], rows.last_token_ms), token_gap_sq_ms2=gap_sq,
+    )
+    index = jnp.where(x.listed & ran, x.requests, s.requests.num_rows)
+    return eqx.tree_at(
+        lambda t: (t.requests, t.now_ms, t.passes, t.timeline), s,
+        (s.requests.write(index, advanced), jnp.where(ran, x.end_ms[last], s.now_ms), s.passes + n, _timeline(s, x)),
+    )
+
+
+def _timeline(s: eng.EngineState, x: CachedStretch) -> Float64[Array, "T F"]:
+    """The stretch's passes as the cached engine's pass records them (``kv_blocks_used``: the pool's blocks in use)."""
+    timeline = s.timeline
+    if timeline.shape[0] == 0:
+        return timeline
+    lookahead = x.start_ms.shape[0]
+    j = jnp.arange(lookahead)
+    arrived = jnp.sum(s.sent_ms[None, :] <= x.start_ms[:, None], axis=1)
+    zeros = jnp.zeros((lookahead,))
+    fields = dict(
+        start_ms=x.start_ms, end_ms=x.end_ms, running=zeros + s.num_running,
+        waiting=zeros + s.num_preempted + arrived - s.next_arrival, prefill_requests=zeros, prefill_tokens=zeros,
+        prefill_kv_tokens=zeros, decode_requests=zeros + s.num_running, decode_kv_tokens=x.decode_kv_tokens,
+        kv_blocks_used=x.used_blocks, preemptions=zeros,
+    )
+    rows = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS], axis=1)
+    return timeline.at[jnp.where(j < x.length, s.passes + j, timeline.shape[0])].set(rows, mode="drop")
