@@ -496,7 +496,7 @@ def _room(p: eng.EngineParams, consts: eng.ReplayConstants, s: CacheState) -> Bo
     return e.num_running + jnp.minimum(e.num_preempted + arrived, p.max_num_seqs - e.num_running) <= slots
 
 
-def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int) -> CacheState:
+def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms=jnp.inf) -> CacheState:
     """Up to ``lookahead`` decode-only passes at once (:mod:`jaxsim.replay.cache_stretch`): priced together, then the
     pool work of the requests that crossed a block boundary, pass by pass and in list order, then their rows."""
     if lookahead == 0:
@@ -505,7 +505,7 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int) -> Cach
     listed = jnp.arange(e.running.shape[0]) < e.num_running
     can = stretch_eligible(p, e, listed, e.requests.rows(jnp.where(listed, e.running, eng._padding_row(e))))
     # only the plan goes through the cond (a branch returning the state would copy it)
-    planned = lambda: cs.plan(p, consts, s, lookahead)  # noqa: E731
+    planned = lambda: cs.plan(p, consts, s, lookahead, stop_ms)  # noqa: E731
     nothing = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(planned))  # noqa: E731
     x = jax.lax.cond(can, planned, nothing)
     slots = shapes.slots
@@ -522,12 +522,13 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int) -> Cach
     return eqx.tree_at(lambda t: t.engine, s, cs.commit_rows(s.engine, x))
 
 
-def _passes(p, consts, pk, shapes, s: CacheState, going, lookahead: int = 0) -> CacheState:
+def _passes(p, consts, pk, shapes, s: CacheState, going, lookahead: int = 0, stop_ms=jnp.inf) -> CacheState:
     """Loop steps (a decode stretch of up to ``lookahead`` passes, then one pass) while ``going(s)`` and the next pass
-    has room in the running list; a replay stopped for want of room is ``SLOTS_FULL``."""
+    has room in the running list; a replay stopped for want of room is ``SLOTS_FULL``. ``stop_ms``: the stretch leaves
+    the pass after it starting before it (``going`` stops there)."""
 
     def step(s: CacheState) -> CacheState:
-        return cache_pass(p, consts, pk, shapes, decode_stretch(p, consts, pk, shapes, s, lookahead))
+        return cache_pass(p, consts, pk, shapes, decode_stretch(p, consts, pk, shapes, s, lookahead, stop_ms))
 
     s = jax.lax.while_loop(lambda s: going(s) & _room(p, consts, s), step, s)
     full = going(s) & ~_room(p, consts, s)
@@ -574,15 +575,15 @@ def advance_until(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKe
     """Passes while the replay is active and its next pass would start before ``stop_ms`` (a pass starting at or
     after an arrival would see it), and until a pass takes its completed requests above ``stop_done``: the cached
     counterpart of :func:`~jaxsim.replay.engine.advance_until_stack`, for one replay (under ``vmap`` the pool's
-    in-place writes become copies). ``lookahead`` (static): decode stretches, only for a replay run to its end
-    (``stop_ms`` infinite and no ``stop_done``: a stretch would run past a stop)."""
+    in-place writes become copies). ``lookahead`` (static): decode stretches, which end before ``stop_ms`` (a stretch
+    never completes a request, so ``stop_done`` is only checked between loop steps, as pass by pass)."""
     ensure_x64()
 
     def going(s: CacheState):
         e = s.engine
         return eng._active(p, e) & (eng._clock(consts, e) < stop_ms) & (e.num_done <= stop_done)
 
-    return _passes(p, consts, pk, shapes, s, going, lookahead)
+    return _passes(p, consts, pk, shapes, s, going, lookahead, stop_ms)
 
 
 def widen(s: CacheState, consts: eng.ReplayConstants, slots: int) -> tuple[CacheState, eng.ReplayConstants]:

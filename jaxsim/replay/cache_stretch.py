@@ -41,8 +41,10 @@ class CachedStretch(eqx.Module):
     length: Int64[Array, ""]  # passes [0, length) of the stretch are run
 
 
-def plan(p: eng.EngineParams, consts: eng.ReplayConstants, s, lookahead: int) -> CachedStretch:
-    """The candidate passes from ``s`` (a :class:`~jaxsim.replay.cache_engine.CacheState`) and how many of them run."""
+def plan(p: eng.EngineParams, consts: eng.ReplayConstants, s, lookahead: int, stop_ms=jnp.inf) -> CachedStretch:
+    """The candidate passes from ``s`` (a :class:`~jaxsim.replay.cache_engine.CacheState`) and how many of them run.
+    With ``stop_ms`` (an engine in the loop stops before the first pass starting at or after it) a candidate runs only
+    if the pass after it still starts before ``stop_ms``."""
     e = s.engine
     slot = jnp.arange(e.running.shape[0])
     listed = slot < e.num_running
@@ -88,7 +90,7 @@ def plan(p: eng.EngineParams, consts: eng.ReplayConstants, s, lookahead: int) ->
     real = e.next_arrival + slot < consts.num_accepted
     arrived = jnp.sum(real & (window[None, :] <= end_ms[:, None]), axis=1)
     room = e.num_running + jnp.minimum(e.num_preempted + arrived, p.max_num_seqs - e.num_running) <= slot.shape[0]
-    ok = ok_start & within & room & ~finishes & ~short & ~arrives & ~unsupported
+    ok = ok_start & within & room & (end_ms < stop_ms) & ~finishes & ~short & ~arrives & ~unsupported
     n = jnp.sum(jnp.cumprod(ok.astype(jnp.int64)))
     return CachedStretch(
         requests=requests, listed=listed, rows=rows, prompt_tokens=rows.prompt_tokens, generated=generated,

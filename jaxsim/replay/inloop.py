@@ -24,7 +24,7 @@ from jaxsim._jax import ensure_x64
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import executables as X
 from jaxsim.replay.engine import RUNNING, SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
-from jaxsim.replay.runner import capacities
+from jaxsim.replay.runner import capacities, stretch_lookahead
 from jaxsim.replay.traces import request_bucket
 
 __all__ = ["CachedEngineLoop", "EngineLoop", "Snapshot", "engine_loop"]
@@ -158,7 +158,8 @@ class CachedEngineLoop:
     replay with its own block pool, called one replica at a time (under ``vmap`` the pool's in-place writes become
     copies of it). Same interface as :class:`EngineLoop`, plus each engine row's cache-hit tokens after
     :meth:`finish`. Each replica climbs the slot ladder on its own (first rung as :class:`EngineLoop`'s, doubling on
-    ``SLOTS_FULL``: :func:`~jaxsim.replay.cache_engine.widen`)."""
+    ``SLOTS_FULL``: :func:`~jaxsim.replay.cache_engine.widen`), and advances by decode stretches that end before the
+    stop (:mod:`jaxsim.replay.cache_stretch`)."""
 
     def __init__(self, stage, timeline_len: int, timings: dict | None = None, report: Callable | None = None):
         ensure_x64()
@@ -198,7 +199,8 @@ class CachedEngineLoop:
             f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
             rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
             calls = [X.Call(X.CACHED_START, (self.params, rq_abs), statics),
-                     X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64), dict(shapes=shapes)),
+                     X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64),
+                            dict(shapes=shapes, lookahead=stretch_lookahead(1))),
                      X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64)),
                      X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
             X.compile_calls(calls, self.timings)
