@@ -111,46 +111,8 @@ def pool_work(x: CachedStretch, block_size) -> Bool[Array, "J S"]:
 
 def commit_rows(s: eng.EngineState, x: CachedStretch) -> eng.EngineState:
     """The engine state after the stretch's passes [0, n): each running request's row (its blocks as the pool work
-    left them), the clock, the pass count and the timeline rows."""
+    left them), the clock, the pass count and the timeline rows (``kv_blocks_used``: the pool's blocks in use)."""
     n = x.length
-    lookahead = x.start_ms.shape[0]
-    ran = n > 0
-    last = jnp.maximum(n - 1, 0)
-    rows = x.rows
-    generated = x.generated[n]
-    zero = eng._runtime_zero(s.passes)
-    gap_sq, previous = rows.token_gap_sq_ms2, rows.last_token_ms
-    for j in range(lookahead):  # Σ squared gaps, emission by emission
-        gap_ms = eng._opaque(jnp.where(x.listed, x.end_ms[j] - previous, 0.0), zero)
-        gap_sq = jnp.where(j < n, gap_sq + eng._opaque(gap_ms * gap_ms, zero), gap_sq)
-        previous = x.end_ms[j]
-    advanced = rows.replace(
-        generated=generated, computed=rows.prompt_tokens + generated - 1, allocated_blocks=x.allocated_blocks[n],
-        decode_rounds=rows.decode_rounds + n,
-        second_token_ms=jnp.where(ran & jnp.isnan(rows.second_token_ms), x.end_ms[0], rows.second_token_ms),
-        last_token_ms=jnp.where(ran, x.end_ms[last], rows.last_token_ms), token_gap_sq_ms2=gap_sq,
-    )
-    index = jnp.where(x.listed & ran, x.requests, s.requests.num_rows)
-    return eqx.tree_at(
-        lambda t: (t.requests, t.now_ms, t.passes, t.timeline), s,
-        (s.requests.write(index, advanced), jnp.where(ran, x.end_ms[last], s.now_ms), s.passes + n, _timeline(s, x)),
-    )
-
-
-def _timeline(s: eng.EngineState, x: CachedStretch) -> Float64[Array, "T F"]:
-    """The stretch's passes as the cached engine's pass records them (``kv_blocks_used``: the pool's blocks in use)."""
-    timeline = s.timeline
-    if timeline.shape[0] == 0:
-        return timeline
-    lookahead = x.start_ms.shape[0]
-    j = jnp.arange(lookahead)
-    arrived = jnp.sum(s.sent_ms[None, :] <= x.start_ms[:, None], axis=1)
-    zeros = jnp.zeros((lookahead,))
-    fields = dict(
-        start_ms=x.start_ms, end_ms=x.end_ms, running=zeros + s.num_running,
-        waiting=zeros + s.num_preempted + arrived - s.next_arrival, prefill_requests=zeros, prefill_tokens=zeros,
-        prefill_kv_tokens=zeros, decode_requests=zeros + s.num_running, decode_kv_tokens=x.decode_kv_tokens,
-        kv_blocks_used=x.used_blocks, preemptions=zeros,
-    )
-    rows = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS], axis=1)
-    return timeline.at[jnp.where(j < x.length, s.passes + j, timeline.shape[0])].set(rows, mode="drop")
+    advanced = plain.advanced_rows(x.rows, x.listed, x.generated[n], x.allocated_blocks[n], x.end_ms, n, eng._runtime_zero(s.passes))
+    timeline = plain.stretch_timeline(s, x.start_ms, x.end_ms, n, x.decode_kv_tokens, x.used_blocks)
+    return plain.write_stretch(s, x.requests, x.listed, advanced, x.end_ms, n, timeline)

@@ -175,50 +175,57 @@ def commit_stretch(p: eng.EngineParams, s: eng.EngineState, plan: StretchPlan) -
     """The state after the stretch's passes [0, n): each running request's row, the clock, the pass count
     and the timeline rows."""
     n = plan.length
-    lookahead = plan.start_ms.shape[0]
-    ran = n > 0
     last = jnp.maximum(n - 1, 0)
     rows = s.requests.rows(plan.requests)
-    generated = plan.generated[n]
-    zero = eng._runtime_zero(s.passes)
-    # Σ squared gaps, emission by emission (each pass's gap from the previous emission)
-    gap_sq = rows.token_gap_sq_ms2
-    previous = rows.last_token_ms
-    for j in range(lookahead):
-        gap_ms = eng._opaque(jnp.where(plan.listed, plan.end_ms[j] - previous, 0.0), zero)
+    allocated = jnp.where(n > 0, plan.allocated_blocks[last], rows.allocated_blocks)
+    advanced = advanced_rows(rows, plan.listed, plan.generated[n], allocated, plan.end_ms, n, eng._runtime_zero(s.passes))
+    timeline = stretch_timeline(s, plan.start_ms, plan.end_ms, n, plan.decode_kv_tokens, jnp.sum(plan.allocated_blocks[:-1], axis=1))
+    return write_stretch(s, plan.requests, plan.listed, advanced, plan.end_ms, n, timeline)
+
+
+def advanced_rows(rows: eng.RequestState, listed, generated, allocated_blocks, end_ms, n, zero) -> eng.RequestState:
+    """The running slots' rows after ``n`` decode passes ending at ``end_ms[:n]`` (``generated`` tokens and
+    ``allocated_blocks`` after them)."""
+    ran = n > 0
+    last = jnp.maximum(n - 1, 0)
+    gap_sq, previous = rows.token_gap_sq_ms2, rows.last_token_ms
+    for j in range(end_ms.shape[0]):  # Σ squared gaps, emission by emission (each pass's gap from the previous emission)
+        gap_ms = eng._opaque(jnp.where(listed, end_ms[j] - previous, 0.0), zero)
         gap_sq = jnp.where(j < n, gap_sq + eng._opaque(gap_ms * gap_ms, zero), gap_sq)
-        previous = plan.end_ms[j]
-    advanced = rows.replace(
-        generated=generated, computed=rows.prompt_tokens + generated - 1,
-        allocated_blocks=jnp.where(ran, plan.allocated_blocks[last], rows.allocated_blocks),
+        previous = end_ms[j]
+    return rows.replace(
+        generated=generated, computed=rows.prompt_tokens + generated - 1, allocated_blocks=allocated_blocks,
         decode_rounds=rows.decode_rounds + n,
-        second_token_ms=jnp.where(ran & jnp.isnan(rows.second_token_ms), plan.end_ms[0], rows.second_token_ms),
-        last_token_ms=jnp.where(ran, plan.end_ms[last], rows.last_token_ms), token_gap_sq_ms2=gap_sq,
+        second_token_ms=jnp.where(ran & jnp.isnan(rows.second_token_ms), end_ms[0], rows.second_token_ms),
+        last_token_ms=jnp.where(ran, end_ms[last], rows.last_token_ms), token_gap_sq_ms2=gap_sq,
     )
-    index = jnp.where(plan.listed & ran, plan.requests, s.requests.num_rows)
+
+
+def write_stretch(s: eng.EngineState, requests, listed, advanced: eng.RequestState, end_ms, n, timeline) -> eng.EngineState:
+    """``s`` with the running rows ``advanced``, the clock at the last pass's end, ``n`` more passes and ``timeline``."""
+    index = jnp.where(listed & (n > 0), requests, s.requests.num_rows)
     return eqx.tree_at(
         lambda t: (t.requests, t.now_ms, t.passes, t.timeline), s,
-        (s.requests.write(index, advanced), jnp.where(ran, plan.end_ms[last], s.now_ms), s.passes + n,
-         _stretch_timeline(s, plan)),
+        (s.requests.write(index, advanced), jnp.where(n > 0, end_ms[jnp.maximum(n - 1, 0)], s.now_ms), s.passes + n, timeline),
     )
 
 
-def _stretch_timeline(s: eng.EngineState, plan: StretchPlan) -> Float64[Array, "T F"]:
+def stretch_timeline(s: eng.EngineState, start_ms, end_ms, n, decode_kv_tokens, kv_blocks_used) -> Float64[Array, "T F"]:
+    """The timeline with the stretch's passes [0, n) recorded (decode only; nobody preempted or waiting to resume)."""
     timeline = s.timeline
     if timeline.shape[0] == 0:
         return timeline
-    lookahead = plan.start_ms.shape[0]
+    lookahead = start_ms.shape[0]
     j = jnp.arange(lookahead)
-    arrived = jnp.sum(s.sent_ms[None, :] <= plan.start_ms[:, None], axis=1)
+    arrived = jnp.sum(s.sent_ms[None, :] <= start_ms[:, None], axis=1)
     zeros = jnp.zeros((lookahead,))
     fields = dict(
-        start_ms=plan.start_ms, end_ms=plan.end_ms, running=zeros + s.num_running, waiting=zeros + (arrived - s.next_arrival),
+        start_ms=start_ms, end_ms=end_ms, running=zeros + s.num_running, waiting=zeros + (arrived - s.next_arrival),
         prefill_requests=zeros, prefill_tokens=zeros, prefill_kv_tokens=zeros, decode_requests=zeros + s.num_running,
-        decode_kv_tokens=plan.decode_kv_tokens, kv_blocks_used=jnp.sum(plan.allocated_blocks[:-1], axis=1), preemptions=zeros,
+        decode_kv_tokens=decode_kv_tokens, kv_blocks_used=kv_blocks_used, preemptions=zeros,
     )
     rows = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS], axis=1)
-    where = jnp.where(j < plan.length, s.passes + j, timeline.shape[0])
-    return timeline.at[where].set(rows, mode="drop")
+    return timeline.at[jnp.where(j < n, s.passes + j, timeline.shape[0])].set(rows, mode="drop")
 
 
 def decode_stretch(
