@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float64, Int64
 
-from jaxsim.kernels import status as st
 from jaxsim.replay import engine as eng
 from jaxsim.replay import stretch as plain
 
@@ -68,19 +67,7 @@ def plan(p: eng.EngineParams, consts: eng.ReplayConstants, s, lookahead: int, st
     seats_full = e.num_running >= p.max_num_seqs
 
     decode_kv_tokens = jnp.minimum(jnp.sum(jnp.where(listed, length[:-1] - 1, 0), axis=1), p.num_gpu_blocks * p.block_size)
-    zeros = jnp.zeros((lookahead,), jnp.int64)
-    has_d, decode_ms, code = plain._decode_lookups(p, zeros, e.num_running, decode_kv_tokens)
-    unsupported = code >= st.FIRST_UNSUPPORTED
-    zero = jax.vmap(eng._runtime_zero)(e.passes + jnp.arange(lookahead, dtype=jnp.int64))  # see stretch.plan_stretch
-    rounded_ms = jax.vmap(eng._pass_duration_ms)(jnp.where(unsupported, 0.0, decode_ms), zero)
-    duration_ms = eng._opaque(jnp.where(has_d & ~unsupported, rounded_ms, 0.0), zero)
-    starts, ends = [], []
-    t = e.now_ms
-    for j in range(lookahead):
-        starts.append(t)
-        t = t + duration_ms[j]
-        ends.append(t)
-    start_ms, end_ms = jnp.stack(starts), jnp.stack(ends)
+    start_ms, end_ms, unsupported = plain.price_candidates(p, e.passes, e.now_ms, e.num_running, decode_kv_tokens)
 
     arrives = ~seats_full & (next_sent_ms <= start_ms)
     # the ordinary pass after the stretch must still be a pass: within the pass limit, and with room in the running

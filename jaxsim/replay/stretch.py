@@ -138,21 +138,7 @@ def plan_stretch(
 
     # price every candidate pass (decode only), then chain the clock addition by addition
     decode_kv_tokens = jnp.sum(jnp.where(listed, length[:-1] - 1, 0), axis=1)
-    zeros = jnp.zeros((lookahead,), jnp.int64)
-    has_d, decode_ms, code = _decode_lookups(p, zeros, s.num_running, decode_kv_tokens)
-    unsupported = code >= st.FIRST_UNSUPPORTED
-    # one runtime 0 per candidate pass: a divisor broadcast from one scalar is hoisted into a reciprocal
-    # by XLA:CPU (a multiplication, not the reference's division); one per element keeps the division
-    zero = jax.vmap(eng._runtime_zero)(s.passes + jnp.arange(lookahead, dtype=jnp.int64))
-    rounded_ms = jax.vmap(eng._pass_duration_ms)(jnp.where(unsupported, 0.0, decode_ms), zero)
-    duration_ms = eng._opaque(jnp.where(has_d & ~unsupported, rounded_ms, 0.0), zero)
-    starts, ends = [], []
-    t = s.now_ms
-    for j in range(lookahead):
-        starts.append(t)
-        t = t + duration_ms[j]
-        ends.append(t)
-    start_ms, end_ms = jnp.stack(starts), jnp.stack(ends)
+    start_ms, end_ms, unsupported = price_candidates(p, s.passes, s.now_ms, s.num_running, decode_kv_tokens)
 
     arrives = ~(seats_full | head_blocked) & (next_sent_ms <= start_ms)
     within = s.passes + jnp.arange(lookahead) < p.max_passes
@@ -162,6 +148,27 @@ def plan_stretch(
         requests=requests, listed=listed, generated=generated, allocated_blocks=jnp.concatenate([after, after[-1:]]),
         decode_kv_tokens=decode_kv_tokens, start_ms=start_ms, end_ms=end_ms, length=n,
     )
+
+
+def price_candidates(p: eng.EngineParams, passes, now_ms, num_running, decode_kv_tokens: Int64[Array, " J"]):
+    """Decode-only candidate passes of ``num_running`` requests from ``now_ms``, with these past-KV totals: (start_ms,
+    end_ms, unsupported) per pass; each duration rounded as the pass rounds it, the clock chained addition by addition."""
+    lookahead = decode_kv_tokens.shape[0]
+    zeros = jnp.zeros((lookahead,), jnp.int64)
+    has_d, decode_ms, code = _decode_lookups(p, zeros, num_running, decode_kv_tokens)
+    unsupported = code >= st.FIRST_UNSUPPORTED
+    # one runtime 0 per candidate pass: a divisor broadcast from one scalar is hoisted into a reciprocal
+    # by XLA:CPU (a multiplication, not the reference's division); one per element keeps the division
+    zero = jax.vmap(eng._runtime_zero)(passes + jnp.arange(lookahead, dtype=jnp.int64))
+    rounded_ms = jax.vmap(eng._pass_duration_ms)(jnp.where(unsupported, 0.0, decode_ms), zero)
+    duration_ms = eng._opaque(jnp.where(has_d & ~unsupported, rounded_ms, 0.0), zero)
+    starts, ends = [], []
+    t = now_ms
+    for j in range(lookahead):
+        starts.append(t)
+        t = t + duration_ms[j]
+        ends.append(t)
+    return jnp.stack(starts), jnp.stack(ends), unsupported
 
 
 def _decode_lookups(p: eng.EngineParams, zeros, num_decode, decode_kv_tokens):
