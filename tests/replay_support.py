@@ -399,3 +399,20 @@ def prefix_case(name: str):
     kw = dict(max_num_batched_tokens=c["max_num_batched_tokens"], max_num_seqs=c["max_num_seqs"], block_size=c["block_size"],
               num_gpu_blocks=c["blocks"], num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=c["context"])
     return SimpleNamespace(dir=d, c=c, ref=ref, table=table, trace=trace, order=order, keys=keys, num_keys=num_keys, kw=kw)
+
+
+def spec_block_keys(hash_ids, input_tokens, trace_block_size: int, block_size: int):
+    """The specification of :func:`jaxsim.replay.prefix_cache.block_keys` (a trie of hash-id prefixes in dicts, keys
+    numbered as first met): per request its full KV blocks' keys, and how many keys differ."""
+    tbs, bs = int(trace_block_size), int(block_size)
+    nodes: dict = {}  # (parent trie node, hash id) -> node of that hash-id prefix
+    keys: dict = {}  # (block index, trie node of its covering prefix) -> key
+    out = []
+    for hashes, n in zip(hash_ids, input_tokens):
+        full = int(n) // bs
+        path, node = [], -1
+        for h in list(hashes)[: -(-full * bs // tbs) if full else 0]:
+            node = nodes.setdefault((node, int(h)), len(nodes))
+            path.append(node)
+        out.append(np.array([keys.setdefault((j, path[((j + 1) * bs - 1) // tbs]), len(keys)) for j in range(full)], np.int64))
+    return out, len(keys)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as hs
-from replay_support import case_params, golden_table, oracle_replay, prefix_case, replay_cases
+from replay_support import case_params, golden_table, oracle_replay, prefix_case, replay_cases, spec_block_keys
 
 from jaxsim.errors import QueryError
 from jaxsim.replay.prefix_cache import block_keys, check_hash_ids, read_hash_ids
@@ -24,6 +24,21 @@ CASES = sorted(p.name for p in CASES_DIR.iterdir() if p.is_dir())
 
 # ----------------------------------------------------------------------------------------------------
 # hash ids -> block keys
+
+
+@settings(max_examples=150, deadline=None)
+@given(hs.data())
+def test_vectorised_block_keys_equal_the_specification(data):
+    """The numpy block keys are the dict-trie specification's, key for key (same numbering)."""
+    tbs = data.draw(hs.sampled_from([8, 16, 32, 64]))
+    bs = data.draw(hs.sampled_from([8, 16, 32, 64, 128]))
+    rows = data.draw(hs.lists(hs.lists(hs.integers(0, 4), min_size=1, max_size=8), max_size=25))
+    tokens = [len(r) * tbs - data.draw(hs.integers(0, tbs - 1)) for r in rows]
+    mine, count = block_keys(rows, tokens, tbs, bs)
+    spec, spec_count = spec_block_keys(rows, tokens, tbs, bs)
+    assert count == spec_count and len(mine) == len(spec)
+    for a, b in zip(mine, spec):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_keys_share_exactly_the_blocks_whose_covering_hash_ids_agree():

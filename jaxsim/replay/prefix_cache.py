@@ -71,26 +71,48 @@ def check_hash_ids(hash_ids: Sequence[int], input_tokens: int, trace_block_size:
 def block_keys(
     hash_ids: Sequence[Sequence[int]] | HashIds, input_tokens: Sequence[int] | np.ndarray, trace_block_size: int, block_size: int,
 ) -> tuple[list[np.ndarray], int]:
-    """Per request, the keys (int64, from 0) of its prompt's full KV blocks of ``block_size`` tokens,
-    and the number of distinct keys. Equal keys are equal blocks (same position, same tokens)."""
+    """Per request, the keys (int64, from 0, numbered in order of first appearance) of its prompt's full KV blocks of
+    ``block_size`` tokens, and the number of distinct keys. Equal keys are equal blocks: the same position under the
+    same hash-id prefix (the prefix is the trie node of the trace block covering the block's last token).
+
+    Vectorised (numpy): the hash-id prefixes get their ids level by level (one ``np.unique`` of (parent prefix, hash)
+    pairs per prefix length), the blocks their keys by one ``np.unique`` of (position, covering prefix)."""
     tbs, bs = int(trace_block_size), int(block_size)
-    nodes: dict[tuple[int, int], int] = {}  # (parent trie node, hash id) -> node of that hash-id prefix
-    keys: dict[tuple[int, int], int] = {}  # (block index, trie node of its covering prefix) -> key
-    out = []
-    for hashes, n in zip(hash_ids, input_tokens):
-        full = int(n) // bs
-        path = []
-        node = -1
-        needed = -(-full * bs // tbs) if full else 0
-        for h in list(hashes)[:needed]:
-            node = nodes.setdefault((node, int(h)), len(nodes))
-            path.append(node)
-        row = np.empty(full, np.int64)
-        for j in range(full):
-            covering = path[((j + 1) * bs - 1) // tbs]
-            row[j] = keys.setdefault((j, covering), len(keys))
-        out.append(row)
-    return out, len(keys)
+    table = hash_ids if isinstance(hash_ids, HashIds) else HashIds.from_rows([list(h) for h in hash_ids])
+    n_tokens = np.asarray(input_tokens, np.int64)
+    starts, lengths = table.offsets[:-1], np.diff(table.offsets)
+    full = n_tokens // bs
+    needed = np.minimum(-(-full * bs // tbs), lengths)  # the trace blocks covering the full KV blocks
+    node = np.full(table.values.size, -1, np.int64)  # per hash id: the id of the prefix ending at it
+    parent = np.full(n_tokens.size, -1, np.int64)
+    base = 0
+    for level in range(int(needed.max()) if needed.size else 0):
+        active = np.flatnonzero(needed > level)
+        at = starts[active] + level
+        _, inverse = np.unique(_pair_codes(parent[active] + 1, table.values[at]), return_inverse=True)
+        ids = base + inverse.reshape(-1)
+        node[at] = ids
+        parent[active] = ids
+        base = int(ids.max()) + 1
+    owner = np.repeat(np.arange(n_tokens.size), full)
+    j = np.arange(int(full.sum())) - np.repeat(np.cumsum(full) - full, full)
+    covering = node[starts[owner] + ((j + 1) * bs - 1) // tbs] if owner.size else np.zeros(0, np.int64)
+    if not j.size:
+        return [np.zeros(0, np.int64) for _ in range(n_tokens.size)], 0
+    _, first, inverse = np.unique(_pair_codes(covering, j), return_index=True, return_inverse=True)
+    rank = np.empty(first.size, np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    keys = rank[inverse.reshape(-1)]
+    return np.split(keys, np.cumsum(full)[:-1]), int(first.size)
+
+
+def _pair_codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One code per pair of non-negative int64 (``a``, ``b``), equal codes for equal pairs: ``a * (max b + 1) + b`` when
+    that fits in int64, else the rows' ranks among the distinct pairs."""
+    span = int(b.max()) + 1 if b.size else 1
+    if a.size and int(a.max()) < np.iinfo(np.int64).max // span:
+        return a * span + b
+    return np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def read_hash_id_table(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> HashIds:
