@@ -150,6 +150,22 @@ def test_decode_stretches_equal_the_cached_engine_pass_by_pass():
     assert {COMPLETED, PASS_LIMIT} <= statuses and fewer >= 18
 
 
+def test_cached_replays_on_several_threads_equal_each_run_alone(monkeypatch):
+    """Five configurations' cached replays run on worker threads (one per core) give each configuration's replay run
+    alone, field by field."""
+    trace = _shared_trace(n=20, seed=11)
+    configs = [ReplayConfig(f"c{k}", 0, np.zeros(5), aggregated=_pool(max_num_batched_tokens=64 + 16 * k, num_gpu_blocks=30 + 5 * k))
+               for k in range(5)]
+    monkeypatch.setenv("JAXSIM_CACHED_THREADS", "4")
+    together = run_replays(configs, trace)
+    monkeypatch.setenv("JAXSIM_CACHED_THREADS", "1")
+    for c, o in zip(configs, together):
+        [alone] = run_replays([c], trace)
+        for col in ("first_token_ms", "last_token_ms", "cache_hit_tokens", "preemptions", "admissions"):
+            np.testing.assert_array_equal(o.requests[col], alone.requests[col], err_msg=f"{c.name} {col}")
+    assert len({float(o.summary["mean_ttft_ms"]) for o in together}) > 1
+
+
 def test_each_round_robin_replica_has_its_own_cache():
     """Two replicas: each equals a one-replica replay of its own (round-robin) share of the trace."""
     trace = _shared_trace(n=14, seed=8)

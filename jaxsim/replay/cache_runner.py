@@ -5,8 +5,11 @@ executables, each item run alone up a ladder of running-list slots (see :func:`r
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import jax
@@ -56,10 +59,37 @@ def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings:
     for indices in groups.values():
         shapes = ce.widest(*(items[i].shapes for i in indices))
         tables = common_tables([items[i].params.table for i in indices])  # one table shape for the group
-        for i, table in zip(indices, tables):
-            it = items[i]
-            out[i] = _run_one(dataclasses.replace(it.params, table=table), it.requests, it.keys, shapes, int(timeline_len), timings)
+        jobs = [(i, dataclasses.replace(items[i].params, table=table)) for i, table in zip(indices, tables)]
+        workers = _workers(len(jobs))
+        if workers == 1:
+            for i, params in jobs:
+                out[i] = _run_one(params, items[i].requests, items[i].keys, shapes, int(timeline_len), timings)
+            continue
+        # several replays at once, one per core: each is one sequential XLA loop, and XLA runs it without the GIL
+        i0, p0 = jobs[0]
+        out[i0] = _run_one(p0, items[i0].requests, items[i0].keys, shapes, int(timeline_len), timings)  # compiles the first rung
+        local = [{} for _ in jobs[1:]]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            done = pool.map(lambda jt: _run_one(jt[0][1], items[jt[0][0]].requests, items[jt[0][0]].keys, shapes, int(timeline_len), jt[1]),
+                            zip(jobs[1:], local))
+            for (i, _), res in zip(jobs[1:], done):
+                out[i] = res
+        compile_s = sum(t.get("compile_s", 0.0) for t in local)
+        for key in ("compile_s", "compilations", "executables_loaded"):
+            _add(timings, key, sum(t.get(key, 0) for t in local))
+        _add(timings, "run_s", max(time.perf_counter() - t0 - compile_s, 0.0))
     return out
+
+
+def _workers(n_items: int) -> int:
+    """Threads for ``n_items`` cached replays: one per CPU core (``JAXSIM_CACHED_THREADS`` overrides); one on other
+    backends (a device runs one loop at a time)."""
+    if n_items < 2 or jax.default_backend() != "cpu":
+        return 1
+    want = os.environ.get("JAXSIM_CACHED_THREADS")
+    cores = int(want) if want and want.isdigit() and int(want) > 0 else (os.cpu_count() or 1)
+    return max(1, min(cores, n_items - 1))
 
 
 def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.Shapes, timeline_len: int,
@@ -88,6 +118,14 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
 def _executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None) -> dict:
     """The start, advance (decode stretches of up to ``lookahead`` passes) and finish executables of cached replays at
     ``shapes`` (through the executable cache)."""
+    with _COMPILING:  # one thread compiles a rung; the others then find it compiled
+        return _compile_executables(params, rq, pk, shapes, timeline_len, lookahead, timings)
+
+
+_COMPILING = threading.Lock()
+
+
+def _compile_executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None) -> dict:
     statics = dict(shapes=shapes, timeline_len=timeline_len)
     s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), params, rq)
     f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
