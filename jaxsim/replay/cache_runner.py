@@ -70,10 +70,12 @@ def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings:
         out[i0] = _run_one(p0, items[i0].requests, items[i0].keys, shapes, int(timeline_len), timings)  # compiles the first rung
         local = [{} for _ in jobs[1:]]
         t0 = time.perf_counter()
+        def run(job: tuple, spent: dict) -> ce.CachedReplay:
+            i, params = job
+            return _run_one(params, items[i].requests, items[i].keys, shapes, int(timeline_len), spent)
+
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            done = pool.map(lambda jt: _run_one(jt[0][1], items[jt[0][0]].requests, items[jt[0][0]].keys, shapes, int(timeline_len), jt[1]),
-                            zip(jobs[1:], local))
-            for (i, _), res in zip(jobs[1:], done):
+            for (i, _), res in zip(jobs[1:], pool.map(run, jobs[1:], local)):
                 out[i] = res
         compile_s = sum(t.get("compile_s", 0.0) for t in local)
         for key in ("compile_s", "compilations", "executables_loaded"):
@@ -97,14 +99,14 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
     """One cached replay up the slot ladder (start, advance until done or ``SLOTS_FULL``, widen, ..., finish)."""
     ladder = capacities(shapes.slots, 1)
     lookahead = stretch_lookahead(1)
-    exe = _executables(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, lookahead, timings)
+    exe = executables_for(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, lookahead, timings)
     t0 = time.perf_counter()
     s, consts = exe["start"](params, rq)
     never, unlimited = np.float64(np.inf), np.int64(np.iinfo(np.int64).max)
     for k, slots in enumerate(ladder):
         if k:
             s, consts = ce.widen(s, consts, slots)
-            exe = _executables(params, rq, pk, shapes._replace(slots=slots), timeline_len, lookahead, timings)
+            exe = executables_for(params, rq, pk, shapes._replace(slots=slots), timeline_len, lookahead, timings)
             t0 = time.perf_counter()
         s = exe["advance"](params, consts, pk, s, never, unlimited)
         if int(s.engine.status) != SLOTS_FULL:
@@ -115,25 +117,26 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
     return res
 
 
-def _executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None) -> dict:
-    """The start, advance (decode stretches of up to ``lookahead`` passes) and finish executables of cached replays at
-    ``shapes`` (through the executable cache)."""
-    with _COMPILING:  # one thread compiles a rung; the others then find it compiled
-        return _compile_executables(params, rq, pk, shapes, timeline_len, lookahead, timings)
-
-
 _COMPILING = threading.Lock()
 
 
-def _compile_executables(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None) -> dict:
+def executables_for(params, rq, pk, shapes: ce.Shapes, timeline_len: int, lookahead: int, timings: dict | None = None, *,
+                    insert: bool = False) -> dict:
+    """The ``start``, ``advance`` (decode stretches of up to ``lookahead`` passes), ``finish`` and, with ``insert``, the
+    ``insert`` executables of cached replays at ``shapes`` for arguments shaped as these (through the executable
+    cache; one thread compiles, the others then find them compiled)."""
     statics = dict(shapes=shapes, timeline_len=timeline_len)
-    s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), params, rq)
+    rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
+    s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), params, rq_abs)
     f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
-    calls = [X.Call(X.CACHED_START, (params, rq), statics),
-             X.Call(X.CACHED_ADVANCE_UNTIL, (params, c_abs, pk, s_abs, f64, i64), dict(shapes=shapes, lookahead=lookahead)),
-             X.Call(X.CACHED_FINISH, (rq, s_abs, c_abs))]
-    X.compile_calls(calls, timings)
-    return dict(zip(("start", "advance", "finish"), (X.executable(c) for c in calls)))
+    calls = {"start": X.Call(X.CACHED_START, (params, rq_abs), statics),
+             "advance": X.Call(X.CACHED_ADVANCE_UNTIL, (params, c_abs, pk_abs, s_abs, f64, i64), dict(shapes=shapes, lookahead=lookahead)),
+             "finish": X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))}
+    if insert:
+        calls["insert"] = X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64))
+    with _COMPILING:
+        X.compile_calls(list(calls.values()), timings)
+    return {name: X.executable(c) for name, c in calls.items()}
 
 
 def _add(timings: dict | None, key: str, value) -> None:

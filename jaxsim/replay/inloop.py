@@ -23,6 +23,7 @@ from jaxtyping import Array, Bool, Float64, Int32, Int64
 from jaxsim._jax import ensure_x64
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import executables as X
+from jaxsim.replay.cache_runner import executables_for
 from jaxsim.replay.engine import RUNNING, SLOTS_FULL, ReplayResult, Requests, is_stochastic, slot_bucket, start_stack, widen_stack
 from jaxsim.replay.runner import capacities, stretch_lookahead
 from jaxsim.replay.traces import request_bucket
@@ -171,7 +172,6 @@ class CachedEngineLoop:
         self.key_offset = np.asarray(flat.offset)  # request (stage order) -> where its keys start in flat.keys
         self.shapes = ce.shapes_for(stage.input_tokens, stage.output_tokens, max_num_seqs=pool.max_num_seqs, block_size=pool.block_size,
                                     num_gpu_blocks=pool.num_gpu_blocks, max_model_len=pool.max_model_len, num_keys=capacity)
-        self.ladder = capacities(self.shapes.slots, 1)
         self.timeline_len = int(timeline_len)
         put = jax.device_put
         rq = Requests(arrival_ms=put(np.full(self.size, np.inf)), input_tokens=put(np.ones(self.size, np.int64)),
@@ -179,12 +179,13 @@ class CachedEngineLoop:
                       materialized=put(np.zeros(self.size, bool)))
         pk = ce.PromptKeys(keys=flat.keys, offset=put(np.zeros(self.size, np.int64)))
         self.exe: dict[int, dict] = {}
-        first = self._executables(self.ladder[0], rq, pk)
+        first_slots = capacities(self.shapes.slots, 1)[0]
+        first = self._executables(first_slots, rq, pk)
         # each replica its own buffers: the advance and insert calls take (donate) them and write them in place
         started = [first["start"](self.params, rq) for _ in range(reps)]
         self.s, self.consts = [s for s, _ in started], [c for _, c in started]
         self.rq, self.pk = [jax.tree.map(jnp.copy, rq) for _ in range(reps)], [jax.tree.map(jnp.copy, pk) for _ in range(reps)]
-        self.slots = [self.ladder[0]] * reps
+        self.slots = [first_slots] * reps
         self.views: list = [jax.tree.map(np.asarray, _SNAPSHOT_ONE(s.engine)) for s in self.s]
         self.fresh = np.zeros(reps, bool)  # a request was inserted since the replica's last advance
         self.first_hit_tokens: np.ndarray | None = None
@@ -193,18 +194,8 @@ class CachedEngineLoop:
         """The start, advance, insert and finish executables at ``slots`` running-list slots."""
         if slots not in self.exe:
             rq, pk = (self.rq[0], self.pk[0]) if rq is None else (rq, pk)
-            shapes = self.shapes._replace(slots=slots)
-            statics = dict(shapes=shapes, timeline_len=self.timeline_len)
-            s_abs, c_abs = jax.eval_shape(lambda p, r: ce.cached_start(p, r, **statics), self.params, rq)
-            f64, i64 = jax.ShapeDtypeStruct((), jnp.float64), jax.ShapeDtypeStruct((), jnp.int64)
-            rq_abs, pk_abs = jax.eval_shape(lambda a: a, rq), jax.eval_shape(lambda a: a, pk)
-            calls = [X.Call(X.CACHED_START, (self.params, rq_abs), statics),
-                     X.Call(X.CACHED_ADVANCE_UNTIL, (self.params, c_abs, pk_abs, s_abs, f64, i64),
-                            dict(shapes=shapes, lookahead=stretch_lookahead(1))),
-                     X.Call(X.CACHED_INSERT, (s_abs, c_abs, rq_abs, pk_abs, i64, f64, i64, i64, i64, i64)),
-                     X.Call(X.CACHED_FINISH, (rq_abs, s_abs, c_abs))]
-            X.compile_calls(calls, self.timings)
-            self.exe[slots] = dict(zip(("start", "advance", "insert", "finish"), (X.executable(c) for c in calls)))
+            self.exe[slots] = executables_for(self.params, rq, pk, self.shapes._replace(slots=slots), self.timeline_len,
+                                              stretch_lookahead(1), self.timings, insert=True)
         return self.exe[slots]
 
     def advance(self, stop_ms: np.ndarray, stop_done: np.ndarray | None = None) -> Snapshot:
