@@ -184,7 +184,7 @@ class _WalkPlan(eqx.Module):
     sched: Schedule
     target: Int64[Array, " S"]  # tokens each reached request's blocks must hold after the pass
     work: Bool[Array, " S"]  # reached requests whose blocks change (new blocks, or a block newly full to cache)
-    reached: Int64[Array, ""]  # requests the walk reaches before the budget runs out
+    reached: Int64[Array, ""]  # requests the walk reaches: every running one (the plan holds only when the budget covers them)
     budget: Int64[Array, ""]  # budget tokens left after them
     fits: Bool[Array, ""]
 

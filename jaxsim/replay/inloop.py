@@ -90,6 +90,7 @@ class EngineLoop:
         self.exe.update(self._capacity(self.slots))
         self.s, self.consts = self.exe["start"](self.params, self.rq)
         self.view = None
+        self.first_hit_tokens: np.ndarray | None = None  # no prefix cache here (CachedEngineLoop fills it)
 
     def _start_statics(self, slots: int) -> dict:
         return dict(slots=slots, timeline_len=self.timeline_len, shared_table=True)

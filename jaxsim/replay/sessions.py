@@ -180,7 +180,7 @@ class _Loop:
         for q in np.flatnonzero(d.replica < 0):  # later turns of sessions that ended early: their session's replica
             d.replica[q] = d.replica[_first_turn(prev, int(q))]
         res = self.engines.finish()
-        hits = getattr(self.engines, "first_hit_tokens", None)
+        hits = self.engines.first_hit_tokens
         if hits is not None:
             has = d.engine_row >= 0
             d.cache_hit_tokens[has] = hits[d.replica[has], d.engine_row[has]]
