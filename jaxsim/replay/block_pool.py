@@ -18,6 +18,12 @@ that every read of the array's old version is done before the write: otherwise i
 iteration (an O(P) copy per block: 0.07 ms at P = 131,072, measured). :class:`_Rows` makes that visible to XLA:
 each write's value depends on every read made since the previous write. Work per request is then proportional to
 the blocks it takes, reads or releases, never to ``P``.
+
+A request's blocks go in chunks (:func:`take`, :func:`register`, :func:`release`: up to :data:`CHUNK` blocks per loop
+step, one gather per field and one scatter of every cell the chunk changes), which write exactly the cells that the
+one-block-at-a-time specifications (:func:`take_each`, :func:`register_each`, :func:`release_each`) write
+(``tests/test_block_pool.py``); fewer than :data:`FEW` blocks, and a chunk evicting two copies of one key, go one at a
+time. A Mooncake prompt of 860 blocks of 16 tokens is taken in 14 loop steps instead of 860.
 """
 
 from __future__ import annotations
@@ -275,8 +281,8 @@ def open_table(pool: BlockPool, hits: Int64[Array, " B"], num_hits: Int64[Array,
     return pool, t
 
 
-def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> BlockPool:
-    """``count`` free blocks appended to ``table``, one at a time: plain blocks first, then the least recently
+def take_each(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> BlockPool:
+    """``count`` free blocks appended to ``table``, one at a time (the specification of :func:`take`): plain blocks first, then the least recently
     released cached block (evicting its key)."""
     capacity, num_keys = pool.capacity, pool.num_keys
     n = pool.table_len[table]
@@ -297,10 +303,10 @@ def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> B
     return eqx.tree_at(lambda q: q.table_len, pool, set_entry(pool.table_len, table, n + count))
 
 
-def register(pool: BlockPool, table: Int64[Array, ""], start: Int64[Array, ""], full: Int64[Array, ""], key_at) -> BlockPool:
-    """The table's blocks ``[start, full)`` cached under ``key_at(position)`` (blocks already holding a key keep it; a
-    key's first copy serves its hits). Blocks before ``start`` must hold their keys already (every block is
-    registered once it is full)."""
+def register_each(pool: BlockPool, table: Int64[Array, ""], start: Int64[Array, ""], full: Int64[Array, ""], key_at) -> BlockPool:
+    """One block at a time (the specification of :func:`register`): the table's blocks ``[start, full)`` cached under
+    ``key_at(position)`` (blocks already holding a key keep it; a key's first copy serves its hits). Blocks before
+    ``start`` must hold their keys already (every block is registered once it is full)."""
     capacity, num_keys = pool.capacity, pool.num_keys
     end = jnp.minimum(full, pool.table_len[table])
 
@@ -317,9 +323,10 @@ def register(pool: BlockPool, table: Int64[Array, ""], start: Int64[Array, ""], 
     return jax.lax.fori_loop(start, end, one, pool)
 
 
-def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) -> BlockPool:
-    """When ``enabled``: the table's blocks released tail first (a block nobody holds any more joins the plain stack,
-    or, when it holds a cached key, the back of the free queue) and the table freed."""
+def release_each(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) -> BlockPool:
+    """One block at a time (the specification of :func:`release`): when ``enabled``, the table's blocks released tail
+    first (a block nobody holds any more joins the plain stack, or, when it holds a cached key, the back of the free
+    queue) and the table freed."""
     n = pool.table_len[table]
 
     def one(i, pool: BlockPool) -> BlockPool:
@@ -334,8 +341,207 @@ def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) 
         rows.write(b, REF, ref - 1)
         return _with(pool, rows, q, plain=stack, plain_top=top)
 
-    pool = jax.lax.fori_loop(0, jnp.where(enabled, n, 0), one, pool)
+    return _free_table(jax.lax.fori_loop(0, jnp.where(enabled, n, 0), one, pool), table, enabled)
+
+
+def _free_table(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) -> BlockPool:
+    """When ``enabled``: ``table`` emptied and back on the stack of unused tables."""
     return eqx.tree_at(
         lambda q: (q.table_len, q.free_tables, q.free_top), pool,
         (set_entry(pool.table_len, table, 0, enabled), set_entry(pool.free_tables, pool.free_top, table, enabled), pool.free_top + enabled),
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# a request's blocks in chunks: the same cells written as one block at a time, with one gather per field read and one
+# scatter per chunk (work per chunk, not per block; a block table's chunk is a run of consecutive positions)
+
+CHUNK = 64  # blocks per loop step (a Mooncake prompt chunk of 128 blocks: 2 steps instead of 128)
+FEW = 12  # fewer blocks than this go one at a time (a chunk costs about as much as 12 blocks one at a time)
+
+
+def _width(pool: BlockPool) -> int:
+    return min(CHUNK, pool.capacity, pool.tables.shape[1])
+
+
+def _after_reads(values, *reads):
+    """``values`` made to depend on every array in ``reads`` (no cell ever holds ``_NO_VALUE``), so XLA finishes the
+    reads of the old ``rows`` before the scatter that writes it in place (see :class:`_Rows`)."""
+    seen = functools.reduce(operator.or_, [jnp.any(jnp.asarray(r) == _NO_VALUE) for r in reads])
+    return jnp.where(seen, 0, values)
+
+
+def _scatter(rows, writes: list[tuple], *reads):
+    """``rows`` with the cells of ``writes`` (``(row, column, value, on)``, vectors or scalars) set; cells not ``on`` or
+    outside the pool go to the scratch row. Cells written must be distinct (the scratch row aside)."""
+    trash = rows.shape[0] - 1
+    r, c, v = [], [], []
+    for row, col, value, on in writes:
+        row = jnp.atleast_1d(jnp.asarray(row, jnp.int64))
+        on = jnp.broadcast_to(jnp.asarray(on), row.shape)
+        r.append(jnp.where(on & (row >= 0) & (row < trash), row, trash))
+        c.append(jnp.full(row.shape, col, jnp.int64))
+        v.append(jnp.broadcast_to(jnp.asarray(value, jnp.int64), row.shape))
+    values = _after_reads(jnp.concatenate(v), *reads)
+    return rows.at[jnp.concatenate(r), jnp.concatenate(c)].set(values, mode="promise_in_bounds")
+
+
+def _write_run(x, start, values, count):
+    """``x`` (1-D) with ``x[start + j] = values[j]`` for ``j < count`` (``count`` ≤ len(values), the run inside ``x``):
+    one window read and one in-place window write (the window's start clamped into ``x``)."""
+    n, w = x.shape[0], values.shape[0]
+    s = jnp.clip(start, 0, n - w)
+    old = jax.lax.dynamic_slice_in_dim(x, s, w)
+    k = s + jnp.arange(w) - start
+    new = jnp.where((k >= 0) & (k < count), values[jnp.clip(k, 0, w - 1)], old)
+    return jax.lax.dynamic_update_slice_in_dim(x, new.astype(x.dtype), s, 0)
+
+
+def _distinct(keys, on) -> Bool[Array, ""]:
+    """Whether the ``keys`` where ``on`` are pairwise distinct."""
+    same = (keys[:, None] == keys[None, :]) & on[:, None] & on[None, :]
+    return ~jnp.any(same & ~jnp.eye(keys.shape[0], dtype=bool))
+
+
+def _chunks(count, width: int, body, pool: BlockPool) -> BlockPool:
+    """``body(done, c, pool)`` for chunks of ``c`` ≤ ``width`` of ``count`` items, ``done`` items before each (none
+    when ``count`` < :data:`FEW`: the caller goes one at a time then)."""
+    def step(x):
+        pool, done = x
+        c = jnp.minimum(count - done, width)
+        return body(done, c, pool), done + c
+
+    count = jnp.where(count < FEW, 0, count)
+    return jax.lax.while_loop(lambda x: x[1] < count, step, (pool, jnp.zeros((), jnp.int64)))[0]
+
+
+def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> BlockPool:
+    """``count`` free blocks appended to ``table``: plain blocks first (from the top of the stack), then the least
+    recently released cached blocks (evicting their keys), as :func:`take_each` hands them out one at a time. A chunk
+    whose evicted blocks share a key (two copies of one prompt block) is handed out by :func:`take_each`."""
+    capacity, num_keys, w = pool.capacity, pool.num_keys, _width(pool)
+    j = jnp.arange(w, dtype=jnp.int64)
+
+    def chunk(done, c, pool: BlockPool) -> BlockPool:
+        at = pool.table_len[table]
+        m = jnp.minimum(c, pool.plain_top)  # plain blocks, then c - m evicted from the queue's head
+        plain = pool.plain[jnp.clip(pool.plain_top - 1 - j, 0, capacity - 1)]
+
+        def walk(i, x):
+            ev, b = x
+            return set_entry(ev, i, b), pool.rows[jnp.clip(b, 0, capacity - 1), QUEUE_NEXT]
+
+        evicted, after = jax.lax.fori_loop(0, c - m, walk, (jnp.full((w,), -1, jnp.int64), pool.queue_head))
+        taken = j < c
+        evict = taken & (j >= m)
+        blocks = jnp.where(j < m, plain, evicted[jnp.clip(j - m, 0, w - 1)])
+        safe = jnp.clip(blocks, 0, capacity - 1)
+        key, kprev, knext = pool.rows[safe, KEY], pool.rows[safe, KEY_PREV], pool.rows[safe, KEY_NEXT]
+        chained = evict & (key >= 0) & (key < num_keys)
+        bulk = _distinct(key, chained)
+        krow = capacity + jnp.clip(key, 0, num_keys - 1)
+        e = c - m
+        rows = _scatter(pool.rows, [
+            (blocks, REF, 1, bulk & taken),
+            (blocks, KEY, -1, bulk & evict),
+            (blocks, QUEUE_PREV, -1, bulk & evict & (j > m)),  # each evicted block but the first had become the head
+            (after, QUEUE_PREV, -1, bulk & (e > 0)),
+            (kprev, KEY_NEXT, knext, bulk & chained),
+            (knext, KEY_PREV, kprev, bulk & chained),
+            (krow, SERVING, knext, bulk & chained & (kprev < 0)),
+            (krow, KEY_TAIL, kprev, bulk & chained & (knext < 0)),
+        ], evicted, key, kprev, knext)
+        e = jnp.where(bulk, e, 0)
+        pool = eqx.tree_at(
+            lambda q: (q.rows, q.plain_top, q.queue_head, q.queue_tail, q.queued, q.tables, q.table_len), pool,
+            (rows, pool.plain_top - jnp.where(bulk, m, 0), jnp.where(e > 0, after, pool.queue_head),
+             jnp.where((e > 0) & (after < 0), -1, pool.queue_tail), pool.queued - e,
+             _write_table(pool.tables, table, at, blocks, jnp.where(bulk, c, 0)), set_entry(pool.table_len, table, at + jnp.where(bulk, c, 0))),
+        )
+        return take_each(pool, table, jnp.where(bulk, 0, c))
+
+    return take_each(_chunks(count, w, chunk, pool), table, jnp.where(count < FEW, count, 0))
+
+
+def _write_table(tables, t, start, blocks, count):
+    """``tables`` with row ``t``'s positions ``[start, start + count)`` set to ``blocks[:count]``."""
+    row = jax.lax.dynamic_index_in_dim(tables, t, 0, keepdims=False)
+    return jax.lax.dynamic_update_index_in_dim(tables, _write_run(row, start, blocks, count), t, 0)
+
+
+def register(pool: BlockPool, table: Int64[Array, ""], start: Int64[Array, ""], full: Int64[Array, ""], key_at) -> BlockPool:
+    """The table's blocks ``[start, full)`` cached under ``key_at(position)`` (blocks already holding a key keep it; a
+    key's first copy serves its hits), in position order as :func:`register_each`; blocks before ``start`` must hold
+    their keys already (every block is registered once it is full)."""
+    capacity, num_keys, w = pool.capacity, pool.num_keys, _width(pool)
+    end = jnp.minimum(full, pool.table_len[table])
+    j = jnp.arange(w, dtype=jnp.int64)
+
+    def chunk(done, c, pool: BlockPool) -> BlockPool:
+        first = start + done
+        pos = first + j
+        on = j < c
+        blocks = pool.tables[table, jnp.clip(pos, 0, pool.tables.shape[1] - 1)]
+        keys = jax.vmap(key_at)(pos)
+        safe = jnp.clip(blocks, 0, capacity - 1)
+        new = on & (pool.rows[safe, KEY] < 0)
+        chained = new & (keys < num_keys)
+        bulk = _distinct(keys, chained)
+        krow = capacity + jnp.clip(keys, 0, num_keys - 1)
+        tail = pool.rows[krow, KEY_TAIL]
+        seq = pool.next_seq + jnp.cumsum(new) - new
+        rows = _scatter(pool.rows, [
+            (tail, KEY_NEXT, blocks, bulk & chained),
+            (blocks, KEY_NEXT, -1, bulk & chained),
+            (blocks, KEY_PREV, tail, bulk & chained),
+            (krow, SERVING, blocks, bulk & chained & (tail < 0)),
+            (krow, KEY_TAIL, blocks, bulk & chained),
+            (blocks, SEQ, seq, bulk & new),
+            (blocks, KEY, keys, bulk & new),
+        ], tail, seq)
+        pool = eqx.tree_at(lambda q: (q.rows, q.next_seq), pool, (rows, pool.next_seq + jnp.where(bulk, jnp.sum(new), 0)))
+        return register_each(pool, table, first, jnp.where(bulk, first, first + c), key_at)
+
+    pool = _chunks(jnp.maximum(end - start, 0), w, chunk, pool)
+    return register_each(pool, table, start, jnp.where(end - start < FEW, end, start), key_at)
+
+
+def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) -> BlockPool:
+    """When ``enabled``: the table's blocks released tail first (a block nobody holds any more joins the plain stack,
+    or, when it holds a cached key, the back of the free queue) and the table freed, as :func:`release_each`."""
+    capacity, w = pool.capacity, _width(pool)
+    n = pool.table_len[table]
+    j = jnp.arange(w, dtype=jnp.int64)
+
+    def chunk(done, c, pool: BlockPool) -> BlockPool:
+        on = j < c
+        blocks = pool.tables[table, jnp.clip(n - 1 - done - j, 0, pool.tables.shape[1] - 1)]
+        safe = jnp.clip(blocks, 0, capacity - 1)
+        ref, key = pool.rows[safe, REF], pool.rows[safe, KEY]
+        freed = on & (ref == 1)
+        cached = freed & (key >= 0)
+        plain = freed & ~cached
+        plain_at = jnp.cumsum(plain) - 1
+        stack = jnp.full((w,), -1, jnp.int64).at[jnp.where(plain, plain_at, w)].set(blocks, mode="drop")
+        num_plain = jnp.sum(plain)
+        at = jnp.cumsum(cached) - 1  # place in the queue's new run
+        m = jnp.sum(cached)
+        run = jnp.full((w + 1,), -1, jnp.int64).at[jnp.where(cached, at, w)].set(blocks, mode="drop")
+        prev = jnp.where(at == 0, pool.queue_tail, run[jnp.clip(at - 1, 0, w)])
+        nxt = jnp.where(at == m - 1, -1, run[jnp.clip(at + 1, 0, w)])
+        rows = _scatter(pool.rows, [
+            (blocks, REF, ref - 1, on),
+            (blocks, QUEUE_PREV, prev, cached),
+            (blocks, QUEUE_NEXT, nxt, cached),
+            (pool.queue_tail, QUEUE_NEXT, run[0], m > 0),
+        ], ref, key)
+        return eqx.tree_at(
+            lambda q: (q.rows, q.plain, q.plain_top, q.queue_head, q.queue_tail, q.queued), pool,
+            (rows, _write_run(pool.plain, pool.plain_top, stack, num_plain), pool.plain_top + num_plain,
+             jnp.where((m > 0) & (pool.queue_tail < 0), run[0], pool.queue_head), jnp.where(m > 0, run[jnp.clip(m - 1, 0, w)], pool.queue_tail),
+             pool.queued + m),
+        )
+
+    pool = _chunks(jnp.where(enabled, n, 0), w, chunk, pool)
+    few = enabled & (n < FEW)
+    return _free_table(release_each(pool, table, few), table, enabled & ~few)  # release_each frees the table it releases

@@ -135,16 +135,21 @@ def _keys(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys, shap
     return jax.vmap(_key_at(p, consts, pk, shapes, r, prompt))(jnp.arange(shapes.table_blocks, dtype=jnp.int64))
 
 
-def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target, enabled) -> tuple[CacheState, eng.RequestState]:
+def _grow(p, consts, pk, shapes, s: CacheState, r, row: eng.RequestState, target, enabled, *, chunked: bool = False
+          ) -> tuple[CacheState, eng.RequestState]:
     """When ``enabled``: blocks for ``target`` tokens of row ``r``; its full blocks of known tokens are cached (only
-    blocks from the last one it held can be newly full)."""
+    blocks from the last one it held can be newly full). ``chunked`` (static): the pool works in chunks of blocks
+    (:func:`~jaxsim.replay.block_pool.take`: the sites that take a prompt chunk's blocks, the running-list walk and
+    admission), else one block at a time (decode stretches, whose requests cross one block boundary: less code to
+    compile)."""
     t = s.table[r]
     allocated = row.allocated_blocks[0]
     need = jnp.where(enabled, jnp.maximum(blocks_for(target, p.block_size) - allocated, 0), 0)
     start = jnp.maximum(allocated - 1, 0)
     full = jnp.where(enabled, jnp.minimum(target, row.length[0]) // p.block_size, start)
-    pool = bp.take(s.pool, t, need)
-    pool = bp.register(pool, t, start, full, _key_at(p, consts, pk, shapes, r, row.prompt_tokens[0]))
+    take, register = (bp.take, bp.register) if chunked else (bp.take_each, bp.register_each)
+    pool = take(s.pool, t, need)
+    pool = register(pool, t, start, full, _key_at(p, consts, pk, shapes, r, row.prompt_tokens[0]))
     return eqx.tree_at(lambda x: x.pool, s, pool), _set(row, allocated_blocks=allocated + need)
 
 
@@ -153,7 +158,7 @@ def _preempt_tail(s: CacheState) -> CacheState:
     preempted stack (it resumes first)."""
     e = s.engine
     v = e.running[e.num_running - 1]
-    pool = bp.release(s.pool, s.table[v], jnp.ones((), bool))
+    pool = bp.release_each(s.pool, s.table[v], jnp.ones((), bool))
     row = _row(s, v)
     row = _set(row, computed=0, allocated_blocks=0, preemptions=row.preemptions[0] + 1, materialized=False, recomputing=True)
     s = _put(eqx.tree_at(lambda x: x.pool, s, pool), v, row)
@@ -229,7 +234,7 @@ def _grow_planned(p, consts, pk, shapes, s: CacheState, plan: _WalkPlan) -> Cach
     stay as they are), so a pass walks only the requests that cross a block boundary."""
     def one(i, s: CacheState) -> CacheState:
         r = s.engine.running[i]
-        s, grown = _grow(p, consts, pk, shapes, s, r, _row(s, r), plan.target[i], jnp.ones((), bool))
+        s, grown = _grow(p, consts, pk, shapes, s, r, _row(s, r), plan.target[i], jnp.ones((), bool), chunked=True)
         return _put(s, r, grown)
 
     return _each_in_order(plan.work, jnp.where(plan.fits, jnp.sum(plan.work), 0), one, s)
@@ -266,7 +271,7 @@ def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
 
         s, n = jax.lax.while_loop(short, lambda x: (_preempt_tail(x[0]), x[1] + 1), (w.s, jnp.zeros((), jnp.int64)))
         kept = w.idx < s.engine.num_running
-        s, grown = _grow(p, consts, pk, shapes, s, r, row, target, kept)
+        s, grown = _grow(p, consts, pk, shapes, s, r, row, target, kept, chunked=True)
         s = _put(s, jnp.where(kept, r, s.engine.requests.num_rows), grown)
         sched = Schedule(
             kind=bp.set_entry(w.sched.kind, w.idx, jnp.where(kept, jnp.where(decode, DECODE, PREFILL), NONE)),
@@ -339,7 +344,7 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
              e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
         )
         admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
-        s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens, fits)
+        s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens, fits, chunked=True)
         s = _put(s, at, grown)
         slot = e.num_running
         sched = Schedule(
