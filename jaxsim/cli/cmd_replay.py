@@ -27,9 +27,9 @@ max_model_len, or more KV blocks than the pool) are rejected and named on stderr
 Prefix caching (vLLM's automatic prefix caching, on by default as in vLLM and the reference): a Mooncake trace's
 hash_ids say which prompts share leading blocks (--trace-block-size tokens per hash); requests read those blocks
 from the KV cache instead of computing them, and the request table's cache_hit_tokens column says how many. Set
-prefix_caching = false in a role to turn it off. Modelled for aggregated autoregressive replays with round-robin
-replicas; elsewhere (speculative decoding, disaggregated, routed, multi-turn) every prompt is computed and the
-summary says so. See docs/prefix_caching.md.
+prefix_caching = false in a role to turn it off. Modelled for aggregated autoregressive replays (any router, each
+replica its own cache; multi-turn sessions); elsewhere (speculative decoding, disaggregated, grouped KV caches) every
+prompt is computed and the summary says so. See docs/prefix_caching.md.
 
 Exit codes: 0 every replay completed every request; 3 a replay stopped outside measured support (or hit
 its pass limit), rejected requests (status "rejected: N of M requests") or completed no request (the
