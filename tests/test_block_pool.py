@@ -1,6 +1,7 @@
-"""The block pool's chunked operations (take / register / release, a chunk of blocks per loop step) leave the pool
-cell for cell as the one-block-at-a-time specification (``take_each`` / ``register_each`` / ``release_each``) does,
-on random request lifecycles that share prompt keys, register duplicates, evict, and read their own generated keys."""
+"""The block pool's chunked operations (take / register / release, a chunk of blocks per loop step) and its operations
+on several tables at once (``take_one_each`` / ``register_own_each``: a decode pass's crossings) leave the pool cell for
+cell as the one-block-at-a-time specification (``take_each`` / ``register_each`` / ``release_each``) does, on random
+request lifecycles that share prompt keys, register duplicates, evict, and read their own generated keys."""
 
 from __future__ import annotations
 
@@ -40,6 +41,25 @@ def _release(pool, t, bulk, chunk=bp.CHUNK):
     return (bp.release if bulk else bp.release_each)(pool, t, jnp.ones((), bool))
 
 
+@functools.partial(jax.jit, static_argnames=("bulk",))
+def _take_one_each(pool, tables, on, bulk):
+    if bulk:
+        return bp.take_one_each(pool, tables, on)
+    return jax.lax.fori_loop(0, tables.shape[0], lambda i, q: bp.take_each(q, tables[i], jnp.where(on[i], 1, 0)), pool)
+
+
+@functools.partial(jax.jit, static_argnames=("bulk",))
+def _register_own_each(pool, tables, positions, keys, on, bulk):
+    if bulk:
+        return bp.register_own_each(pool, tables, positions, keys, on)
+
+    def one(i, q):
+        key_at = lambda j: keys[i]  # noqa: E731
+        return bp.register_each(q, tables[i], positions[i], jnp.where(on[i], positions[i] + 1, positions[i]), key_at)
+
+    return jax.lax.fori_loop(0, tables.shape[0], one, pool)
+
+
 @jax.jit
 def _open(pool, keys, limit):
     num, hits = bp.leading_hits(pool, keys, limit)
@@ -71,10 +91,22 @@ def test_chunked_pool_operations_equal_one_block_at_a_time(seed, monkeypatch):
     pools = {False: pool, True: pool}
     prefixes = [rng.permutation(NUM_KEYS)[: int(rng.integers(30, 60))] for _ in range(3)]
     live: dict[int, tuple] = {}  # table -> (keys, blocks held)
-    exercised = {"evict": 0, "chunked": 0, "chunks": 0}
+    exercised = {"evict": 0, "chunked": 0, "chunks": 0, "decode": 0}
     for _ in range(60):
         free = int(pools[False].free_blocks)
-        if live and (rng.random() < 0.35 or len(live) == TABLES or free < 4):
+        if live and rng.random() < 0.25 and free >= len(live):  # a decode pass: some tables cross a block boundary
+            slots = np.full(TABLES, int(rng.integers(0, TABLES)), np.int64)  # padding slots: any table, not on
+            on = np.zeros(TABLES, bool)
+            for i, t in enumerate(rng.permutation(sorted(live))):
+                slots[i], on[i] = t, rng.random() < 0.7
+            slots, on = jnp.asarray(slots), jnp.asarray(on)
+            pools = {k: _take_one_each(v, slots, on, k) for k, v in pools.items()}
+            _same(pools[False], pools[True])
+            exercised["decode"] += int(jnp.sum(on))
+            lens = pools[False].table_len[slots]
+            own = NUM_KEYS + 10_000 + slots * TABLE_BLOCKS + lens - 1
+            pools = {k: _register_own_each(v, slots, lens - 1, own, on, k) for k, v in pools.items()}
+        elif live and (rng.random() < 0.35 or len(live) == TABLES or free < 4):
             t = int(rng.choice(sorted(live)))
             pools = {k: _release(v, t, k, chunk) for k, v in pools.items()}
             del live[t]
@@ -100,7 +132,8 @@ def test_chunked_pool_operations_equal_one_block_at_a_time(seed, monkeypatch):
                      for k, v in pools.items()}
             live[t] = (keys, hits + want)
         _same(pools[False], pools[True])
-    assert exercised["chunked"] > 0 and exercised["evict"] > 0 and (chunk > 16 or exercised["chunks"] > 0), exercised
+    assert exercised["chunked"] > 0 and exercised["evict"] > 0 and exercised["decode"] > 0, exercised
+    assert chunk > 16 or exercised["chunks"] > 0, exercised
 
 
 def test_take_hands_out_duplicate_keys_one_at_a_time():
@@ -132,3 +165,34 @@ and stays equal (the chunks before it go in bulk)."""
     pools = {k: _take(v, t, jnp.asarray(capacity, jnp.int64), k) for k, v in pools.items()}  # 48 plain, then 80 cached
     _same(pools[False], pools[True])
     assert int(pools[True].queued) == 0 and int(pools[True].plain_top) == 0
+
+
+def test_take_one_each_evicting_two_copies_of_a_key_goes_table_by_table():
+    """Two blocks, both cached under key 0 (two requests computed it side by side), both free: one decode pass of two
+    tables evicts both (no plain block left); the shared key sends it one table at a time, cell for cell as take_each."""
+    ensure_x64()
+    pool = bp.empty_pool(jnp.asarray(2, jnp.int64), 64, NUM_KEYS, TABLES, TABLE_BLOCKS)
+    pools = {False: pool, True: pool}
+    keys = jnp.zeros((TABLE_BLOCKS,), jnp.int64)
+    tables = []
+    for _ in range(2):
+        opened = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
+                  for k, v in pools.items()}
+        pools = {k: v[0] for k, v in opened.items()}
+        tables.append(int(opened[False][1]))
+        pools = {k: _take(v, tables[-1], jnp.asarray(1, jnp.int64), k) for k, v in pools.items()}
+        pools = {k: _register(v, tables[-1], jnp.asarray(0, jnp.int64), jnp.asarray(1, jnp.int64), keys, k) for k, v in pools.items()}
+    for t in tables:
+        pools = {k: _release(v, t, k) for k, v in pools.items()}
+    assert int(pools[True].queued) == 2 and int(pools[True].plain_top) == 0
+    opened = []
+    for _ in range(2):
+        out = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
+               for k, v in pools.items()}
+        pools = {k: v[0] for k, v in out.items()}
+        opened.append(int(out[False][1]))
+    slots = jnp.asarray(opened + [0] * (TABLES - 2), jnp.int64)
+    on = jnp.arange(TABLES) < 2
+    pools = {k: _take_one_each(v, slots, on, k) for k, v in pools.items()}
+    _same(pools[False], pools[True])
+    assert int(pools[True].queued) == 0 and int(pools[True].rows[0, bp.KEY]) == -1 and int(pools[True].rows[1, bp.KEY]) == -1

@@ -545,3 +545,80 @@ def release(pool: BlockPool, table: Int64[Array, ""], enabled: Bool[Array, ""]) 
     pool = _chunks(jnp.where(enabled, n, 0), w, chunk, pool)
     few = enabled & (n < FEW)
     return _free_table(release_each(pool, table, few), table, enabled & ~few)  # release_each frees the table it releases
+
+
+# ----------------------------------------------------------------------------------------------------
+# one block for each of several tables at once (a decode pass: the requests crossing a block boundary)
+
+EVICT_WIDTH = 64  # evicted blocks one call checks for shared keys (more go one table at a time)
+
+
+def take_one_each(pool: BlockPool, tables: Int64[Array, " S"], on: Bool[Array, " S"]) -> BlockPool:
+    """One free block appended to each table of ``tables`` where ``on`` (distinct tables), in slot order: the cells of
+    :func:`take_each` ``(pool, t, 1)`` table after table. When the blocks evicted share a key, or more than
+    :data:`EVICT_WIDTH` are evicted, the tables go one at a time."""
+    capacity, num_keys = pool.capacity, pool.num_keys
+    w = tables.shape[0]
+    j = jnp.arange(w, dtype=jnp.int64)
+    c = jnp.sum(on)
+    rank = jnp.cumsum(on) - 1  # the block a slot gets, in hand-out order
+    m = jnp.minimum(c, pool.plain_top)
+    e = c - m
+    plain = pool.plain[jnp.clip(pool.plain_top - 1 - j, 0, capacity - 1)]
+    ew = min(EVICT_WIDTH, w)
+
+    def walk(i, x):
+        ev, b = x
+        return set_entry(ev, i, b), pool.rows[jnp.clip(b, 0, capacity - 1), QUEUE_NEXT]
+
+    evicted, after = jax.lax.fori_loop(0, jnp.minimum(e, ew), walk, (jnp.full((ew,), -1, jnp.int64), pool.queue_head))
+    k = jnp.arange(ew, dtype=jnp.int64)
+    ekey = pool.rows[jnp.clip(evicted, 0, capacity - 1), KEY]
+    bulk = (e <= ew) & _distinct(ekey, (k < e) & (ekey >= 0) & (ekey < num_keys))
+    blocks = jnp.where(rank < m, plain[jnp.clip(rank, 0, w - 1)], evicted[jnp.clip(rank - m, 0, ew - 1)])
+    evict = on & (rank >= m)
+    safe = jnp.clip(blocks, 0, capacity - 1)
+    key, kprev, knext = pool.rows[safe, KEY], pool.rows[safe, KEY_PREV], pool.rows[safe, KEY_NEXT]
+    chained = evict & (key >= 0) & (key < num_keys)
+    krow = capacity + jnp.clip(key, 0, num_keys - 1)
+    rows = _scatter(pool.rows, [
+        (blocks, REF, 1, bulk & on),
+        (blocks, KEY, -1, bulk & evict),
+        (blocks, QUEUE_PREV, -1, bulk & evict & (rank > m)),  # each evicted block but the first had become the head
+        (after, QUEUE_PREV, -1, bulk & (e > 0)),
+        (kprev, KEY_NEXT, knext, bulk & chained),
+        (knext, KEY_PREV, kprev, bulk & chained),
+        (krow, SERVING, knext, bulk & chained & (kprev < 0)),
+        (krow, KEY_TAIL, kprev, bulk & chained & (knext < 0)),
+    ], evicted, key, kprev, knext)
+    t = jnp.clip(tables, 0, pool.tables.shape[0] - 1)
+    n = pool.table_len[t]
+    put = bulk & on
+    nowhere = pool.tables.shape[0]  # out of bounds: dropped
+    done = jnp.where(bulk, e, 0)
+    pool = eqx.tree_at(
+        lambda q: (q.rows, q.plain_top, q.queue_head, q.queue_tail, q.queued, q.tables, q.table_len), pool,
+        (rows, pool.plain_top - jnp.where(bulk, m, 0), jnp.where(done > 0, after, pool.queue_head),
+         jnp.where((done > 0) & (after < 0), -1, pool.queue_tail), pool.queued - done,
+         pool.tables.at[jnp.where(put, t, nowhere), n].set(blocks, mode="drop"),
+         pool.table_len.at[jnp.where(put, t, nowhere)].set(n + 1, mode="drop")),
+    )
+
+    def one(i, pool: BlockPool) -> BlockPool:
+        return take_each(pool, t[i], jnp.where(on[i], 1, 0))
+
+    return jax.lax.fori_loop(0, jnp.where(bulk, 0, w), one, pool)
+
+
+def register_own_each(pool: BlockPool, tables: Int64[Array, " S"], positions: Int64[Array, " S"], keys: Int64[Array, " S"],
+                      on: Bool[Array, " S"]) -> BlockPool:
+    """Each table's block at ``positions`` cached under ``keys`` where ``on`` (distinct tables; every key a request's own,
+    ≥ the pool's prompt keys: no key chain), in slot order: the cells of :func:`register_each` ``(pool, t, pos, pos + 1,
+    ...)`` table after table (a block already holding a key keeps it)."""
+    t = jnp.clip(tables, 0, pool.tables.shape[0] - 1)
+    blocks = pool.tables[t, jnp.clip(positions, 0, pool.tables.shape[1] - 1)]
+    cur = pool.rows[jnp.clip(blocks, 0, pool.capacity - 1), KEY]
+    new = on & (cur < 0) & (positions < pool.table_len[t])
+    seq = pool.next_seq + jnp.cumsum(new) - new
+    rows = _scatter(pool.rows, [(blocks, SEQ, seq, new), (blocks, KEY, keys, new)], cur)
+    return eqx.tree_at(lambda q: (q.rows, q.next_seq), pool, (rows, pool.next_seq + jnp.sum(new)))

@@ -189,14 +189,15 @@ class _WalkPlan(eqx.Module):
     sched: Schedule
     target: Int64[Array, " S"]  # tokens each reached request's blocks must hold after the pass
     work: Bool[Array, " S"]  # reached requests whose blocks change (new blocks, or a block newly full to cache)
-    reached: Int64[Array, ""]  # requests the walk reaches: every running one (the plan holds only when the budget covers them)
+    reached: Int64[Array, ""]  # requests the walk reaches (a prefix of the list: those before the budget runs out)
     budget: Int64[Array, ""]  # budget tokens left after them
     fits: Bool[Array, ""]
 
 
 def _walk_plan(p, s: CacheState) -> _WalkPlan:
-    """The walk's schedule when the budget covers every running request's tokens (each gets what it wants) and the blocks
-    each needs (the step of :func:`walk_running`, for every slot); it ``fits`` when, besides, those blocks are free."""
+    """The walk's schedule for every slot at once (the step of :func:`walk_running`): in list order each request gets
+    what it wants of the budget left before it (none once it is spent: the walk stops there), and the blocks its tokens
+    need; it ``fits`` when those blocks are all free (then no request is preempted and the step is exactly this)."""
     e = s.engine
     listed = jnp.arange(e.running.shape[0]) < e.num_running
     rows = e.requests.rows(jnp.where(listed, e.running, e.requests.num_rows - 1))
@@ -204,16 +205,17 @@ def _walk_plan(p, s: CacheState) -> _WalkPlan:
     decode = (rows.generated > 0) & (computed == length - 1) & ~rows.recomputing
     want = jnp.where(listed, jnp.where(decode, jnp.minimum(1, p.max_model_len - length), length - computed), 0)
     budget = p.max_num_batched_tokens
-    total = jnp.sum(want)
-    reached, tokens = listed, want  # when total <= budget (else the walk goes request by request)
+    left = budget - (jnp.cumsum(want) - want)  # budget left when the walk reaches each slot
+    reached = listed & (left > 0)
+    tokens = jnp.where(reached, jnp.minimum(want, left), 0)
     target = computed + jnp.where(decode, 1, tokens)
     need = jnp.where(reached, jnp.maximum(blocks_for(target, p.block_size) - rows.allocated_blocks, 0), 0)
     full = jnp.minimum(target, length) // p.block_size
     work = reached & ((need > 0) | (full > jnp.maximum(rows.allocated_blocks - 1, 0)))
     sched = Schedule(kind=jnp.where(reached, jnp.where(decode, DECODE, PREFILL), NONE), tokens=tokens,
                      computed_before=jnp.where(reached, computed, 0))
-    return _WalkPlan(sched=sched, target=target, work=work, reached=e.num_running, budget=budget - total,
-                     fits=(total <= budget) & (jnp.sum(need) <= s.pool.free_blocks))
+    return _WalkPlan(sched=sched, target=target, work=work, reached=jnp.sum(reached).astype(jnp.int64),
+                     budget=budget - jnp.sum(tokens), fits=jnp.sum(need) <= s.pool.free_blocks)
 
 
 def _each_in_order(mask: Bool[Array, " S"], count, body, state):
@@ -503,7 +505,9 @@ def _room(p: eng.EngineParams, consts: eng.ReplayConstants, s: CacheState) -> Bo
 
 def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms=jnp.inf) -> CacheState:
     """Up to ``lookahead`` decode-only passes at once (:mod:`jaxsim.replay.cache_stretch`): priced together, then the
-    pool work of the requests that crossed a block boundary, pass by pass and in list order, then their rows."""
+    pool work of the requests that crossed a block boundary, pass by pass and in list order (each pass's crossings at
+    once, :func:`~jaxsim.replay.block_pool.take_one_each`, when every crossing is a new block and a block of generated
+    tokens newly full; else one request at a time), then their rows."""
     if lookahead == 0:
         return s
     e = s.engine
@@ -514,7 +518,16 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms
     nothing = lambda: jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(planned))  # noqa: E731
     x = jax.lax.cond(can, planned, nothing)
     slots = shapes.slots
-    work = cs.pool_work(x, p.block_size).reshape(-1)  # (pass, slot) in pass order, then list order
+    work = cs.pool_work(x, p.block_size)  # (pass, slot)
+    crossing = _crossings(p, shapes, x, work, s.table[x.requests])
+
+    def each_pass(j, pool: bp.BlockPool) -> bp.BlockPool:
+        pool = bp.take_one_each(pool, crossing.tables, crossing.new_block[j])
+        return bp.register_own_each(pool, crossing.tables, crossing.position[j], crossing.key[j], crossing.newly_full[j])
+
+    # every crossing a block or one block newly full of generated tokens: the passes with crossings, every slot at once
+    busy = jnp.any(crossing.new_block | crossing.newly_full, axis=1)
+    s = eqx.tree_at(lambda t: t.pool, s, _each_in_order(busy, jnp.where(crossing.simple, jnp.sum(busy), 0), each_pass, s.pool))
 
     def one(f, s: CacheState) -> CacheState:
         j, i = f // slots, f % slots
@@ -523,8 +536,34 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms
         s, grown = _grow(p, consts, pk, shapes, s, r, row, x.prompt_tokens[i] + x.generated[j, i], jnp.ones((), bool))
         return _put(s, r, grown)
 
-    s = _each_in_order(work, jnp.sum(work), one, s)
+    # otherwise (pass, slot) in pass order, then list order, one at a time
+    s = _each_in_order(work.reshape(-1), jnp.where(crossing.simple, 0, jnp.sum(work)), one, s)
     return eqx.tree_at(lambda t: t.engine, s, cs.commit_rows(s.engine, x))
+
+
+class _Crossings(eqx.Module):
+    """A stretch's pool work per (pass, slot), as :func:`_grow` would do it at that pass: a new block (``new_block``),
+    the block at ``position`` newly full, cached under the request's own ``key`` (``newly_full``); ``simple`` when
+    every crossing is at most one of each and every block cached holds generated tokens (no prompt key chain)."""
+
+    tables: Int64[Array, " S"]
+    new_block: Bool[Array, "J S"]
+    newly_full: Bool[Array, "J S"]
+    position: Int64[Array, "J S"]
+    key: Int64[Array, "J S"]
+    simple: Bool[Array, ""]
+
+
+def _crossings(p, shapes: Shapes, x: cs.CachedStretch, work: Bool[Array, "J S"], tables: Int64[Array, " S"]) -> _Crossings:
+    before, after = x.allocated_blocks[:-1], x.allocated_blocks[1:]
+    need = after - before
+    start = jnp.maximum(before - 1, 0)
+    end = jnp.minimum((x.prompt_tokens + x.generated[:-1]) // p.block_size, after)
+    register = work & (end > start)
+    own = start >= x.prompt_tokens // p.block_size  # generated tokens: the request's own key, no key chain
+    simple = ~jnp.any(work & ((need > 1) | (end - start > 1) | (register & ~own)))
+    return _Crossings(tables=tables, new_block=work & (need == 1), newly_full=register, position=start,
+                      key=shapes.num_keys + x.requests * shapes.table_blocks + start, simple=simple)
 
 
 def _passes(p, consts, pk, shapes, s: CacheState, going, lookahead: int = 0, stop_ms=jnp.inf) -> CacheState:
