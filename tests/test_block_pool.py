@@ -136,61 +136,53 @@ def test_chunked_pool_operations_equal_one_block_at_a_time(seed, monkeypatch):
     assert chunk > 16 or exercised["chunks"] > 0, exercised
 
 
-def test_take_hands_out_duplicate_keys_one_at_a_time():
-    """Two tables register the same prompt keys (computed side by side: two copies in each key's chain); released, both
-    copies sit in the free queue; a take evicting both in one chunk falls back to the one-at-a-time path for that chunk
-and stays equal (the chunks before it go in bulk)."""
-    ensure_x64()
-    capacity = 128
-    pool = bp.empty_pool(jnp.asarray(capacity, jnp.int64), capacity, NUM_KEYS, TABLES, TABLE_BLOCKS)
+def _open_empty(pools: dict) -> tuple[dict, int]:
+    """Both pools with a new table holding no hit, and its id."""
+    nothing = jnp.full((TABLE_BLOCKS,), -1, jnp.int64)
+    opened = {k: bp.open_table(v, nothing, jnp.zeros((), jnp.int64), jnp.ones((), bool)) for k, v in pools.items()}
+    return {k: v[0] for k, v in opened.items()}, int(opened[False][1])
+
+
+def _two_copies(num_blocks: int, capacity: int, blocks: int, keys) -> dict:
+    """Pools (chunked and one at a time) where two tables took ``blocks`` blocks each, cached them under the same
+    ``keys`` (computed side by side: two copies in each key's chain) and released them (both copies free)."""
+    pool = bp.empty_pool(jnp.asarray(num_blocks, jnp.int64), capacity, NUM_KEYS, TABLES, TABLE_BLOCKS)
     pools = {False: pool, True: pool}
-    keys = jnp.arange(TABLE_BLOCKS, dtype=jnp.int64) % NUM_KEYS
     tables = []
     for _ in range(2):
-        opened = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
-                  for k, v in pools.items()}
-        pools = {k: v[0] for k, v in opened.items()}
-        tables.append(int(opened[False][1]))
-        pools = {k: _take(v, tables[-1], jnp.asarray(40, jnp.int64), k) for k, v in pools.items()}
+        pools, t = _open_empty(pools)
+        tables.append(t)
+        pools = {k: _take(v, t, jnp.asarray(blocks, jnp.int64), k) for k, v in pools.items()}
     for t in tables:
-        pools = {k: _register(v, t, jnp.asarray(0, jnp.int64), jnp.asarray(40, jnp.int64), keys, k) for k, v in pools.items()}
+        pools = {k: _register(v, t, jnp.asarray(0, jnp.int64), jnp.asarray(blocks, jnp.int64), keys, k) for k, v in pools.items()}
     for t in tables:
         pools = {k: _release(v, t, k) for k, v in pools.items()}
     _same(pools[False], pools[True])
-    t = tables[0]
-    opened = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
-              for k, v in pools.items()}
-    pools = {k: v[0] for k, v in opened.items()}
-    t = int(opened[False][1])
+    return pools
+
+
+def test_take_hands_out_duplicate_keys_one_at_a_time():
+    """Both copies of 40 keys sit in the free queue; a take evicting both in one chunk falls back to the one-at-a-time
+    path for that chunk and stays equal (the chunks before it go in bulk)."""
+    ensure_x64()
+    capacity = 128
+    pools = _two_copies(capacity, capacity, 40, jnp.arange(TABLE_BLOCKS, dtype=jnp.int64) % NUM_KEYS)
+    pools, t = _open_empty(pools)
     pools = {k: _take(v, t, jnp.asarray(capacity, jnp.int64), k) for k, v in pools.items()}  # 48 plain, then 80 cached
     _same(pools[False], pools[True])
     assert int(pools[True].queued) == 0 and int(pools[True].plain_top) == 0
 
 
 def test_take_one_each_evicting_two_copies_of_a_key_goes_table_by_table():
-    """Two blocks, both cached under key 0 (two requests computed it side by side), both free: one decode pass of two
-    tables evicts both (no plain block left); the shared key sends it one table at a time, cell for cell as take_each."""
+    """Two blocks, both cached under key 0, both free: one decode pass of two tables evicts both (no plain block left);
+    the shared key sends it one table at a time, cell for cell as take_each."""
     ensure_x64()
-    pool = bp.empty_pool(jnp.asarray(2, jnp.int64), 64, NUM_KEYS, TABLES, TABLE_BLOCKS)
-    pools = {False: pool, True: pool}
-    keys = jnp.zeros((TABLE_BLOCKS,), jnp.int64)
-    tables = []
-    for _ in range(2):
-        opened = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
-                  for k, v in pools.items()}
-        pools = {k: v[0] for k, v in opened.items()}
-        tables.append(int(opened[False][1]))
-        pools = {k: _take(v, tables[-1], jnp.asarray(1, jnp.int64), k) for k, v in pools.items()}
-        pools = {k: _register(v, tables[-1], jnp.asarray(0, jnp.int64), jnp.asarray(1, jnp.int64), keys, k) for k, v in pools.items()}
-    for t in tables:
-        pools = {k: _release(v, t, k) for k, v in pools.items()}
+    pools = _two_copies(2, 64, 1, jnp.zeros((TABLE_BLOCKS,), jnp.int64))
     assert int(pools[True].queued) == 2 and int(pools[True].plain_top) == 0
     opened = []
     for _ in range(2):
-        out = {k: bp.open_table(v, jnp.full((TABLE_BLOCKS,), -1, jnp.int64), jnp.zeros((), jnp.int64), jnp.ones((), bool))
-               for k, v in pools.items()}
-        pools = {k: v[0] for k, v in out.items()}
-        opened.append(int(out[False][1]))
+        pools, t = _open_empty(pools)
+        opened.append(t)
     slots = jnp.asarray(opened + [0] * (TABLES - 2), jnp.int64)
     on = jnp.arange(TABLES) < 2
     pools = {k: _take_one_each(v, slots, on, k) for k, v in pools.items()}

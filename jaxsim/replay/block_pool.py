@@ -415,6 +415,33 @@ def _chunks(count, width: int, body, pool: BlockPool) -> BlockPool:
     return jax.lax.while_loop(lambda x: x[1] < count, step, (pool, jnp.zeros((), jnp.int64)))[0]
 
 
+def _hand_out(pool: BlockPool, blocks, taken, evict, later, after, e, bulk, *reads) -> BlockPool:
+    """When ``bulk``: ``blocks`` (where ``taken``) handed out, those ``evict``-ed being the first ``e`` of the free queue
+    (``later``: evicted after its head; ``after``: the block behind them): referenced once, evicted ones leave the queue
+    and their key's chain (their keys distinct: one block per chain). The cells of :func:`take_each`, one scatter."""
+    capacity, num_keys = pool.capacity, pool.num_keys
+    safe = jnp.clip(blocks, 0, capacity - 1)
+    key, kprev, knext = pool.rows[safe, KEY], pool.rows[safe, KEY_PREV], pool.rows[safe, KEY_NEXT]
+    chained = evict & (key >= 0) & (key < num_keys)
+    krow = capacity + jnp.clip(key, 0, num_keys - 1)
+    rows = _scatter(pool.rows, [
+        (blocks, REF, 1, bulk & taken),
+        (blocks, KEY, -1, bulk & evict),
+        (blocks, QUEUE_PREV, -1, bulk & later),  # each evicted block but the first had become the head
+        (after, QUEUE_PREV, -1, bulk & (e > 0)),
+        (kprev, KEY_NEXT, knext, bulk & chained),
+        (knext, KEY_PREV, kprev, bulk & chained),
+        (krow, SERVING, knext, bulk & chained & (kprev < 0)),
+        (krow, KEY_TAIL, kprev, bulk & chained & (knext < 0)),
+    ], key, kprev, knext, *reads)
+    gone = jnp.where(bulk, e, 0)
+    return eqx.tree_at(
+        lambda q: (q.rows, q.queue_head, q.queue_tail, q.queued), pool,
+        (rows, jnp.where(gone > 0, after, pool.queue_head), jnp.where((gone > 0) & (after < 0), -1, pool.queue_tail),
+         pool.queued - gone),
+    )
+
+
 def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> BlockPool:
     """``count`` free blocks appended to ``table``: plain blocks first (from the top of the stack), then the least
     recently released cached blocks (evicting their keys), as :func:`take_each` hands them out one at a time. A chunk
@@ -435,28 +462,13 @@ def take(pool: BlockPool, table: Int64[Array, ""], count: Int64[Array, ""]) -> B
         taken = j < c
         evict = taken & (j >= m)
         blocks = jnp.where(j < m, plain, evicted[jnp.clip(j - m, 0, w - 1)])
-        safe = jnp.clip(blocks, 0, capacity - 1)
-        key, kprev, knext = pool.rows[safe, KEY], pool.rows[safe, KEY_PREV], pool.rows[safe, KEY_NEXT]
-        chained = evict & (key >= 0) & (key < num_keys)
-        bulk = _distinct(key, chained)
-        krow = capacity + jnp.clip(key, 0, num_keys - 1)
-        e = c - m
-        rows = _scatter(pool.rows, [
-            (blocks, REF, 1, bulk & taken),
-            (blocks, KEY, -1, bulk & evict),
-            (blocks, QUEUE_PREV, -1, bulk & evict & (j > m)),  # each evicted block but the first had become the head
-            (after, QUEUE_PREV, -1, bulk & (e > 0)),
-            (kprev, KEY_NEXT, knext, bulk & chained),
-            (knext, KEY_PREV, kprev, bulk & chained),
-            (krow, SERVING, knext, bulk & chained & (kprev < 0)),
-            (krow, KEY_TAIL, kprev, bulk & chained & (knext < 0)),
-        ], evicted, key, kprev, knext)
-        e = jnp.where(bulk, e, 0)
+        key = pool.rows[jnp.clip(blocks, 0, capacity - 1), KEY]
+        bulk = _distinct(key, evict & (key >= 0) & (key < num_keys))
+        pool = _hand_out(pool, blocks, taken, evict, evict & (j > m), after, c - m, bulk, evicted)
         pool = eqx.tree_at(
-            lambda q: (q.rows, q.plain_top, q.queue_head, q.queue_tail, q.queued, q.tables, q.table_len), pool,
-            (rows, pool.plain_top - jnp.where(bulk, m, 0), jnp.where(e > 0, after, pool.queue_head),
-             jnp.where((e > 0) & (after < 0), -1, pool.queue_tail), pool.queued - e,
-             _write_table(pool.tables, table, at, blocks, jnp.where(bulk, c, 0)), set_entry(pool.table_len, table, at + jnp.where(bulk, c, 0))),
+            lambda q: (q.plain_top, q.tables, q.table_len), pool,
+            (pool.plain_top - jnp.where(bulk, m, 0), _write_table(pool.tables, table, at, blocks, jnp.where(bulk, c, 0)),
+             set_entry(pool.table_len, table, at + jnp.where(bulk, c, 0))),
         )
         return take_each(pool, table, jnp.where(bulk, 0, c))
 
@@ -577,30 +589,14 @@ def take_one_each(pool: BlockPool, tables: Int64[Array, " S"], on: Bool[Array, "
     bulk = (e <= ew) & _distinct(ekey, (k < e) & (ekey >= 0) & (ekey < num_keys))
     blocks = jnp.where(rank < m, plain[jnp.clip(rank, 0, w - 1)], evicted[jnp.clip(rank - m, 0, ew - 1)])
     evict = on & (rank >= m)
-    safe = jnp.clip(blocks, 0, capacity - 1)
-    key, kprev, knext = pool.rows[safe, KEY], pool.rows[safe, KEY_PREV], pool.rows[safe, KEY_NEXT]
-    chained = evict & (key >= 0) & (key < num_keys)
-    krow = capacity + jnp.clip(key, 0, num_keys - 1)
-    rows = _scatter(pool.rows, [
-        (blocks, REF, 1, bulk & on),
-        (blocks, KEY, -1, bulk & evict),
-        (blocks, QUEUE_PREV, -1, bulk & evict & (rank > m)),  # each evicted block but the first had become the head
-        (after, QUEUE_PREV, -1, bulk & (e > 0)),
-        (kprev, KEY_NEXT, knext, bulk & chained),
-        (knext, KEY_PREV, kprev, bulk & chained),
-        (krow, SERVING, knext, bulk & chained & (kprev < 0)),
-        (krow, KEY_TAIL, kprev, bulk & chained & (knext < 0)),
-    ], evicted, key, kprev, knext)
+    pool = _hand_out(pool, blocks, on, evict, evict & (rank > m), after, e, bulk, evicted)
     t = jnp.clip(tables, 0, pool.tables.shape[0] - 1)
     n = pool.table_len[t]
     put = bulk & on
     nowhere = pool.tables.shape[0]  # out of bounds: dropped
-    done = jnp.where(bulk, e, 0)
     pool = eqx.tree_at(
-        lambda q: (q.rows, q.plain_top, q.queue_head, q.queue_tail, q.queued, q.tables, q.table_len), pool,
-        (rows, pool.plain_top - jnp.where(bulk, m, 0), jnp.where(done > 0, after, pool.queue_head),
-         jnp.where((done > 0) & (after < 0), -1, pool.queue_tail), pool.queued - done,
-         pool.tables.at[jnp.where(put, t, nowhere), n].set(blocks, mode="drop"),
+        lambda q: (q.plain_top, q.tables, q.table_len), pool,
+        (pool.plain_top - jnp.where(bulk, m, 0), pool.tables.at[jnp.where(put, t, nowhere), n].set(blocks, mode="drop"),
          pool.table_len.at[jnp.where(put, t, nowhere)].set(n + 1, mode="drop")),
     )
 

@@ -233,13 +233,38 @@ def _each_in_order(mask: Bool[Array, " S"], count, body, state):
 
 def _grow_planned(p, consts, pk, shapes, s: CacheState, plan: _WalkPlan) -> CacheState:
     """When the plan fits: the blocks of the requests whose blocks change, in list order (the others' rows and blocks
-    stay as they are), so a pass walks only the requests that cross a block boundary."""
+    stay as they are), so a pass walks only the requests that cross a block boundary; all at once
+    (:func:`~jaxsim.replay.block_pool.take_one_each`) when each takes at most one block and caches at most one block
+    of its own generated tokens (a pass of decodes), else one at a time."""
+    e = s.engine
+    listed = jnp.arange(e.running.shape[0]) < e.num_running
+    running = jnp.where(listed, e.running, e.requests.num_rows - 1)
+    rows = e.requests.rows(running)
+    before = rows.allocated_blocks
+    need = jnp.where(plan.work, jnp.maximum(blocks_for(plan.target, p.block_size) - before, 0), 0)
+    start = jnp.maximum(before - 1, 0)
+    end = jnp.minimum(jnp.minimum(plan.target, rows.length) // p.block_size, before + need)
+    newly_full = plan.work & (end > start)
+    own = start >= rows.prompt_tokens // p.block_size  # blocks of generated tokens: the request's own key, no key chain
+    simple = ~jnp.any(plan.work & ((need > 1) | (end - start > 1) | (newly_full & ~own)))
+    tables = s.table[running]
+
+    def crossings(_, s: CacheState) -> CacheState:
+        pool = bp.take_one_each(s.pool, tables, plan.work & (need == 1))
+        pool = bp.register_own_each(pool, tables, start, shapes.num_keys + running * shapes.table_blocks + start, newly_full)
+        requests = s.engine.requests
+        grown = requests.rows(running).replace(allocated_blocks=before + need)
+        requests = requests.write(jnp.where(plan.work, running, requests.num_rows), grown)
+        return eqx.tree_at(lambda x: (x.pool, x.engine.requests), s, (pool, requests))
+
+    s = jax.lax.fori_loop(0, jnp.where(plan.fits & simple & jnp.any(plan.work), 1, 0), crossings, s)
+
     def one(i, s: CacheState) -> CacheState:
         r = s.engine.running[i]
         s, grown = _grow(p, consts, pk, shapes, s, r, _row(s, r), plan.target[i], jnp.ones((), bool), chunked=True)
         return _put(s, r, grown)
 
-    return _each_in_order(plan.work, jnp.where(plan.fits, jnp.sum(plan.work), 0), one, s)
+    return _each_in_order(plan.work, jnp.where(plan.fits & ~simple, jnp.sum(plan.work), 0), one, s)
 
 
 def walk_running(p, consts, pk, shapes, s: CacheState) -> _ListWalk:
