@@ -290,7 +290,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                 r.admits += 1
                 pool.touch(hit)
                 r.blocks = list(hit)
-                r.hit = cached
+                r.hit = max(r.hit, cached)  # the reference's reused_input_tokens: the most of any admission (seed 758)
                 if r.first_hit is None:
                     r.first_hit = cached
                 r.computed = cached

@@ -52,7 +52,8 @@ class PromptKeys(eqx.Module):
 
 class CacheState(eqx.Module):
     """The loop state: the engine's (clock, lists, request rows, timeline), the block pool, each row's block
-    table while it holds blocks, and its cache-hit tokens at its first and at its latest admission."""
+    table while it holds blocks, and its cache-hit tokens at its first admission and the most at any admission (the
+    reference's ``first_admission_reused_input_tokens`` and ``reused_input_tokens``)."""
 
     engine: eng.EngineState
     pool: bp.BlockPool
@@ -72,7 +73,7 @@ class Schedule(eqx.Module):
 
 class CachedReplay(eqx.Module):
     """The engine's per-request results plus, per request, the prompt tokens read from the cache at its first
-    and at its last admission (0 for a request never admitted)."""
+    and the most at any of its admissions (0 for a request never admitted)."""
 
     result: eng.ReplayResult
     first_hit_tokens: Int64[Array, " N"]
@@ -367,7 +368,7 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
             lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
                        x.engine.num_preempted, x.engine.next_arrival), s,
             (pool, bp.set_entry(s.table, r, t, fits), bp.set_entry(s.first_hit_tokens, r, cached, fits & (row.admissions[0] == 0)),
-             bp.set_entry(s.hit_tokens, r, cached, fits), bp.set_entry(e.running, slot, r, fits),
+             bp.set_entry(s.hit_tokens, r, jnp.maximum(s.hit_tokens[r], cached), fits), bp.set_entry(e.running, slot, r, fits),
              e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
         )
         admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
