@@ -243,16 +243,13 @@ def _grow_planned(p, consts, pk, shapes, s: CacheState, plan: _WalkPlan) -> Cach
     rows = e.requests.rows(running)
     before = rows.allocated_blocks
     need = jnp.where(plan.work, jnp.maximum(blocks_for(plan.target, p.block_size) - before, 0), 0)
-    start = jnp.maximum(before - 1, 0)
-    end = jnp.minimum(jnp.minimum(plan.target, rows.length) // p.block_size, before + need)
-    newly_full = plan.work & (end > start)
-    own = start >= rows.prompt_tokens // p.block_size  # blocks of generated tokens: the request's own key, no key chain
-    simple = ~jnp.any(plan.work & ((need > 1) | (end - start > 1) | (newly_full & ~own)))
-    tables = s.table[running]
+    c = _crossings(p, shapes, plan.work, before, need, jnp.minimum(plan.target, rows.length), rows.prompt_tokens, running,
+                   s.table[running])
+    simple = c.simple
 
     def crossings(_, s: CacheState) -> CacheState:
-        pool = bp.take_one_each(s.pool, tables, plan.work & (need == 1))
-        pool = bp.register_own_each(pool, tables, start, shapes.num_keys + running * shapes.table_blocks + start, newly_full)
+        pool = bp.take_one_each(s.pool, c.tables, c.new_block)
+        pool = bp.register_own_each(pool, c.tables, c.position, c.key, c.newly_full)
         requests = s.engine.requests
         grown = requests.rows(running).replace(allocated_blocks=before + need)
         requests = requests.write(jnp.where(plan.work, running, requests.num_rows), grown)
@@ -545,7 +542,9 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms
     x = jax.lax.cond(can, planned, nothing)
     slots = shapes.slots
     work = cs.pool_work(x, p.block_size)  # (pass, slot)
-    crossing = _crossings(p, shapes, x, work, s.table[x.requests])
+    before = x.allocated_blocks[:-1]
+    crossing = _crossings(p, shapes, work, before, x.allocated_blocks[1:] - before, x.prompt_tokens + x.generated[:-1],
+                          x.prompt_tokens, x.requests, s.table[x.requests])
 
     def each_pass(j, pool: bp.BlockPool) -> bp.BlockPool:
         pool = bp.take_one_each(pool, crossing.tables, crossing.new_block[j])
@@ -568,28 +567,29 @@ def decode_stretch(p, consts, pk, shapes, s: CacheState, lookahead: int, stop_ms
 
 
 class _Crossings(eqx.Module):
-    """A stretch's pool work per (pass, slot), as :func:`_grow` would do it at that pass: a new block (``new_block``),
-    the block at ``position`` newly full, cached under the request's own ``key`` (``newly_full``); ``simple`` when
-    every crossing is at most one of each and every block cached holds generated tokens (no prompt key chain)."""
+    """Pool work per slot (of one pass, or per pass ``J`` of a stretch), as :func:`_grow` would do it: a new block
+    (``new_block``), the block at ``position`` newly full, cached under the request's own ``key`` (``newly_full``);
+    ``simple`` when every crossing is at most one of each and every block cached holds generated tokens (no prompt key
+    chain): then :func:`~jaxsim.replay.block_pool.take_one_each` and ``register_own_each`` do it for every slot at once."""
 
     tables: Int64[Array, " S"]
-    new_block: Bool[Array, "J S"]
-    newly_full: Bool[Array, "J S"]
-    position: Int64[Array, "J S"]
-    key: Int64[Array, "J S"]
+    new_block: Bool[Array, "*J S"]
+    newly_full: Bool[Array, "*J S"]
+    position: Int64[Array, "*J S"]
+    key: Int64[Array, "*J S"]
     simple: Bool[Array, ""]
 
 
-def _crossings(p, shapes: Shapes, x: cs.CachedStretch, work: Bool[Array, "J S"], tables: Int64[Array, " S"]) -> _Crossings:
-    before, after = x.allocated_blocks[:-1], x.allocated_blocks[1:]
-    need = after - before
+def _crossings(p, shapes: Shapes, work, before, need, length, prompt, requests, tables) -> _Crossings:
+    """The crossings of the slots where ``work`` holds: ``before`` blocks held, ``need`` new ones, ``length`` known tokens
+    after the pass (``prompt`` of them prompt tokens), rows ``requests``, block ``tables``."""
     start = jnp.maximum(before - 1, 0)
-    end = jnp.minimum((x.prompt_tokens + x.generated[:-1]) // p.block_size, after)
-    register = work & (end > start)
-    own = start >= x.prompt_tokens // p.block_size  # generated tokens: the request's own key, no key chain
-    simple = ~jnp.any(work & ((need > 1) | (end - start > 1) | (register & ~own)))
-    return _Crossings(tables=tables, new_block=work & (need == 1), newly_full=register, position=start,
-                      key=shapes.num_keys + x.requests * shapes.table_blocks + start, simple=simple)
+    end = jnp.minimum(length // p.block_size, before + need)
+    newly_full = work & (end > start)
+    own = start >= prompt // p.block_size  # generated tokens: the request's own key, no key chain
+    simple = ~jnp.any(work & ((need > 1) | (end - start > 1) | (newly_full & ~own)))
+    return _Crossings(tables=tables, new_block=work & (need == 1), newly_full=newly_full, position=start,
+                      key=shapes.num_keys + requests * shapes.table_blocks + start, simple=simple)
 
 
 def _passes(p, consts, pk, shapes, s: CacheState, going, lookahead: int = 0, stop_ms=jnp.inf) -> CacheState:
