@@ -33,9 +33,7 @@ br.DECODE_PER_REQ_KV = [*br.DECODE_PER_REQ_KV, 16384, 32768]
 def spec(path: Path, pdir: Path, n: int, caching: bool) -> None:
     """``n`` configurations of the synthetic profile (one at max_num_seqs 128 and 8,192 tokens when n is 1)."""
     seqs, toks = br.sweep_axes(n) if n > 1 else ([128], [8192])
-    br.sweep_spec(path, pdir, seqs, toks, BLOCK)
-    text = path.read_text().replace('label = "synthetic"', f'label = "synthetic"\nprefix_caching = {str(caching).lower()}')
-    path.write_text(text)
+    br.sweep_spec(path, pdir, seqs, toks, BLOCK, prefix_caching=caching)
 
 
 def worker(spec_path: str, requests: int, out: str) -> None:

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic_model import QWEN_CFG  # noqa: E402
 
 MODEL = "bench-ckpt/synthetic-dense-8b"
+TRACE_BLOCK = 16  # tokens per hash id in the trace both tools read (write_trace's block); caching is off in both
 REVISION = "3b1f0c9d2e4a5b6c7d8e9f00112233445566aabb"
 SYSTEM = "h200_sxm"
 BACKEND_VERSION = "0.24.0"
@@ -203,7 +204,7 @@ def reference_config(pdir: Path, trace: Path, seqs: int, tokens: int, block: int
                                       "kv_cache": {"prefix_caching": False, "block_size": block,
                                                    "capacity": {"memory_fraction": GPU_MEMORY_UTILIZATION}}}}}
     return {"engine": eng, "traffic": {"source": {"type": "trace", "paths": [str(trace)], "format": "mooncake",
-                                                  "block_size": 16}, "load": {"type": "trace_timestamps"}}}
+                                                  "block_size": TRACE_BLOCK}, "load": {"type": "trace_timestamps"}}}
 
 
 def start_reference(cli: str, cfg: Path, out: Path, cwd: Path, log: Path):
@@ -265,6 +266,7 @@ replicas = 1
 max_num_batched_tokens = {tokens}
 max_num_seqs = {seqs}
 gpu_memory_utilization = {GPU_MEMORY_UTILIZATION}
+prefix_caching = false  # off in both tools: this benchmark times the scheduler, not the cache
 """)
 
 
@@ -282,7 +284,7 @@ def sweep_axes(n: int) -> tuple[list[int], list[int]]:
     return pick(seqs_all, a), pick(toks_all, b)
 
 
-def sweep_spec(path: Path, pdir: Path, seqs: list[int], toks: list[int], block: int) -> None:
+def sweep_spec(path: Path, pdir: Path, seqs: list[int], toks: list[int], block: int, prefix_caching: bool = False) -> None:
     path.write_text(f"""# replay benchmark sweep: the SYNTHETIC profile, max_num_seqs x max_num_batched_tokens
 # (concurrency and workload are required by the spec format but unused by `jaxsim replay --sweep`)
 name = "replay-bench"
@@ -291,6 +293,7 @@ block_size = {block}
 [[profile]]
 name = "{pdir}"
 label = "synthetic"
+prefix_caching = {str(prefix_caching).lower()}
 
 [serving]
 mode = ["aggregated"]
@@ -371,7 +374,7 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
 
         runner.stretch_lookahead = lambda n_items: int(os.environ["BENCH_LOOKAHEAD"])
     configs = configs_from_sweep(spec)
-    tr = load_trace(str(trace))
+    tr = load_trace(str(trace), trace_block_size=TRACE_BLOCK)
     first: dict = {}
     outs = run_replays(configs, tr, [0], timings=first)
     again: dict = {}
@@ -413,7 +416,8 @@ def long_trace(n: int, args, work: Path, pdir: Path, ref_cli: Path | None, jaxsi
     shutil.rmtree(cache, ignore_errors=True)
     out = work / f"long-{n}.parquet"
     for tag in ("cold", "warm"):
-        r = run_child([jaxsim_cli, "replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json", "--no-progress", "--force"],
+        r = run_child([jaxsim_cli, "replay", str(cfg), "--trace", str(trace), "--output", str(out), "--json", "--no-progress", "--force",
+                           "--trace-block-size", str(TRACE_BLOCK)],
                       dict(env0, JAXSIM_CACHE_DIR=str(cache)))
         if r["rc"] != 0:
             row[tag] = {"wall_s": float("nan"), "peak_rss_mb": r["peak_rss_mb"], "timings": {}, "error": r["stderr"][-500:]}
@@ -521,7 +525,7 @@ def main() -> None:
         row = {"configs": n}
         for tag in ("cold", "warm"):
             r = run_child([jaxsim_cli, "replay", *what, "--trace", str(trace), "--output", str(work / f"cli-{n}.parquet"), "--json",
-                           "--no-progress", "--force"], dict(env0, JAXSIM_CACHE_DIR=str(cache)))
+                           "--no-progress", "--force", "--trace-block-size", str(TRACE_BLOCK)], dict(env0, JAXSIM_CACHE_DIR=str(cache)))
             if r["rc"] != 0:
                 raise SystemExit(f"jaxsim replay ({n} configs) failed rc={r['rc']}: {r['stderr'][-2000:]}")
             js = json.loads(r["stdout"][r["stdout"].index("{"):])
