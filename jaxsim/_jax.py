@@ -421,9 +421,55 @@ def key_statics(statics: dict | None, options: dict | None) -> dict | None:
     return {**(statics or {}), "__xla_options__": repr(sorted(options.items()))}
 
 
+SERIAL_OPS = "jaxsim_serial_ops"
+"""A compiler option of jaxsim's own (not XLA's; taken out before XLA sees the options): compile so that no single
+operation is split over threads. XLA:CPU's ``ParallelTaskAssigner`` splits an operation it prices as I/O bound over
+up to sqrt(cores) threads (2 on the 2-core machine), and its cost model prices a fused gather by the whole array it
+reads from: a gather of 64 cells of the 131,073 x 7 block-pool array is split in two, and each such split costs
+about 1.5 us of thread synchronisation for work of about 0.1 us (measured: a loop of two such gathers, 3.2 vs
+0.2 us per iteration). The replay engines run thousands of small steps and already use every core by running
+replays on separate devices, so their executables ask for this. XLA takes sqrt(cores) from the CPU affinity of the
+thread that runs its passes (one of JAX's own threads), so every thread of the process is held on a single core
+(round robin) while such executables compile, then given its mask back: see :func:`_threads_on_single_cores` (a
+:func:`compile_all` batch holding one such executable compiles all of its executables this way).
+Results are the same either way (a split only divides independent output elements between threads)."""
+
+
+def _threads() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return []
+
+
+@contextlib.contextmanager
+def _threads_on_single_cores():
+    """Hold each thread of the process on one core (round robin over the calling thread's cores) and afterwards give
+    every thread, those started meanwhile too, its mask back (Linux; elsewhere nothing changes)."""
+    get, put = getattr(os, "sched_getaffinity", None), getattr(os, "sched_setaffinity", None)
+    saved: dict[int, set] = {}
+    if get is not None and put is not None:
+        with contextlib.suppress(OSError):
+            mask = get(0)
+            cores = sorted(mask)
+            for j, tid in enumerate(_threads()):
+                with contextlib.suppress(OSError):
+                    saved[tid] = get(tid)
+                    put(tid, {cores[j % len(cores)]})
+    try:
+        yield
+    finally:
+        if saved:
+            for tid in _threads():
+                with contextlib.suppress(OSError):
+                    put(tid, saved.get(tid, mask))
+
+
 def _xla_compile(lowered, options: dict | None):
-    """``lowered.compile()`` with XLA compiler ``options`` (None: XLA's defaults); options this XLA does
-    not know are dropped (compiled with its defaults: same results, see :func:`compile_all`)."""
+    """``lowered.compile()`` with XLA compiler ``options`` (None: XLA's defaults; :data:`SERIAL_OPS` is jaxsim's
+    own); options this XLA does not know are dropped (compiled with its defaults: same results, see
+    :func:`compile_all`)."""
+    options = {k: v for k, v in (options or {}).items() if k != SERIAL_OPS}
     if options:
         try:
             return lowered.compile(compiler_options=dict(options))
@@ -450,7 +496,9 @@ def compile_all(specs) -> tuple[list, int, int]:
     if todo:
         from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-        with fresh_compilation(), ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+        serial = any((o or {}).get(SERIAL_OPS) for _, _, o in todo)
+        with (_threads_on_single_cores() if serial else contextlib.nullcontext()), fresh_compilation(), \
+                ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as pool:
             compiled = list(pool.map(lambda t: _xla_compile(t[1], t[2]), todo))
         for (i, _, options), exe in zip(todo, compiled):
             name, _, args, statics, *_ = specs[i]
@@ -463,7 +511,7 @@ def compile_fresh(name: str, fn, args: tuple, statics: dict | None = None, optio
     """Trace, lower and XLA-compile ``fn`` for ``args`` (outside JAX's persistent cache, with XLA compiler
     ``options``) and store it."""
     lowered = fn.lower(*args, **(statics or {}))
-    with fresh_compilation():
+    with (_threads_on_single_cores() if (options or {}).get(SERIAL_OPS) else contextlib.nullcontext()), fresh_compilation():
         exe = _xla_compile(lowered, options)
     save_executable(name, args, key_statics(statics, options), exe)
     return exe

@@ -234,3 +234,42 @@ def test_a_compiled_round_table_is_stored_and_loaded_identically(cache_dir, monk
     again = rounds._compiled_supports(cell)
     assert np.array_equal(again[1].coef, fresh[1].coef)
     assert rounds._compiled_supports(cell)[1].coef.tobytes() == fresh[1].coef.tobytes()  # stored again
+
+
+def _gathers(rows, at):
+    return rows[at, 3] + rows[at, 2] * 2
+
+
+def _gathers_again(rows, at):  # the same computation, traced apart (JAX would reuse _gathers' executable)
+    return rows[at, 3] + 2 * rows[at, 2]
+
+
+def _masks() -> dict[int, set]:
+    out = {}
+    for tid in jx._threads():
+        try:
+            out[tid] = os.sched_getaffinity(tid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity control and two cores")
+def test_serial_ops_compiles_no_split_operation_and_gives_threads_their_masks_back(tmp_path, monkeypatch):
+    """XLA:CPU splits a small gather from a large array over two threads (its cost model prices the whole array);
+    with SERIAL_OPS nothing is split, the results are the same, and every thread's CPU mask is what it was."""
+    monkeypatch.setenv("JAXSIM_EXECUTABLE_CACHE", "0")
+    rows = np.arange(131_073 * 7, dtype=np.int64).reshape(131_073, 7)
+    at = (np.arange(64, dtype=np.int64) * 977) % 131_073
+    before = _masks()
+    [plain], _, _ = jx.compile_all([("t-gathers", jx.jit_x64(_gathers), (rows, at), None, {})])
+    [serial], compiled, _ = jx.compile_all([("t-gathers-serial", jx.jit_x64(_gathers_again), (rows, at), None, {jx.SERIAL_OPS: True})])
+    assert compiled == 1
+    assert "outer_dimension_partitions" in plain.as_text()  # what XLA does by default on two cores
+    assert "outer_dimension_partitions" not in serial.as_text()
+    np.testing.assert_array_equal(np.asarray(serial(rows, at)), np.asarray(plain(rows, at)))
+    np.testing.assert_array_equal(np.asarray(serial(rows, at)), rows[at, 3] + rows[at, 2] * 2)
+    after = _masks()
+    assert all(after[t] == m for t, m in before.items() if t in after)
+    assert all(m == os.sched_getaffinity(0) for m in after.values())

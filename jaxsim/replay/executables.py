@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import jax
 from jax.sharding import PartitionSpec as P
 
-from jaxsim._jax import compile_all, executable_key, jit_x64, key_statics
+from jaxsim._jax import SERIAL_OPS, compile_all, executable_key, jit_x64, key_statics
 from jaxsim.devices import _mesh
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.engine import (
@@ -69,9 +69,12 @@ less CPU time (lookahead 16: 4.7 -> 3.5 s; lookahead 8: 3.7 -> 2.6 s) and runs n
 CPU at lookahead 8); results are bit-identical (the replay tests and goldens run with them)."""
 
 
-def xla_options() -> dict | None:
-    """The compiler options of replay executables on this backend (None: XLA's defaults)."""
-    return XLA_CPU_OPTIONS if jax.default_backend() == "cpu" else None
+def xla_options(serial: bool = False) -> dict | None:
+    """The compiler options of replay executables on this backend (None: XLA's defaults); ``serial``: no operation
+    split over threads (:data:`jaxsim._jax.SERIAL_OPS`)."""
+    if jax.default_backend() != "cpu":
+        return None
+    return {**XLA_CPU_OPTIONS, SERIAL_OPS: True} if serial else XLA_CPU_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,20 @@ class Executable:
 
     name: str
     function: Callable
+    serial: bool = False  # compiled with no operation split over threads (xla_options)
 
 
 advance_until_many = jit_x64(advance_until_stack, static_argnames=("stochastic", "shared_table", "closed_loop"))
 insert_many = jit_x64(insert_request_stack)
 
-CACHED_START = Executable("cached-start", ce.cached_start_jit)
-CACHED_ADVANCE_UNTIL = Executable("cached-advance-until", ce.advance_until_jit)
-CACHED_INSERT = Executable("cached-insert", ce.insert_request_jit)
-CACHED_FINISH = Executable("cached-finish", ce.cached_finish_jit)
+# Cached replays run one per call, on threads beside each other: an operation split over two threads waits for a
+# core the other replay holds. Measured (bench_prefix_sweep's 256 configurations, 2 cores, one process each): 28.2 ->
+# 25.6 s; under load from another process, one replay 0.27-0.31 -> 0.16 s. The vmapped plain replays keep XLA's
+# splits: their operations are as wide as the batch (the same 256 configurations: 9.3 s with, 13.6 s without).
+CACHED_START = Executable("cached-start", ce.cached_start_jit, serial=True)
+CACHED_ADVANCE_UNTIL = Executable("cached-advance-until", ce.advance_until_jit, serial=True)
+CACHED_INSERT = Executable("cached-insert", ce.insert_request_jit, serial=True)
+CACHED_FINISH = Executable("cached-finish", ce.cached_finish_jit, serial=True)
 START = Executable("replay-start", start_many)
 ADVANCE_UNTIL = Executable("replay-advance-until", advance_until_many)
 INSERT = Executable("replay-insert", insert_many)
@@ -108,7 +116,7 @@ class Call:
 
     @property
     def key(self) -> str:
-        return executable_key(self.executable.name, self.args, key_statics(self.statics, xla_options()))
+        return executable_key(self.executable.name, self.args, key_statics(self.statics, xla_options(self.executable.serial)))
 
 
 _LOADED: dict[str, Callable] = {}  # executable key -> this process's compiled executable
@@ -125,8 +133,8 @@ def compile_calls(calls: Sequence[Call], timings: dict | None = None) -> None:
             todo.setdefault(c.key, c)
     if not todo:
         return
-    options = xla_options()
-    exes, compiled, loaded = compile_all([(c.executable.name, c.executable.function, c.args, c.statics, options) for c in todo.values()])
+    exes, compiled, loaded = compile_all([(c.executable.name, c.executable.function, c.args, c.statics, xla_options(c.executable.serial))
+                                          for c in todo.values()])
     _LOADED.update(zip(todo, exes))
     if timings is not None:
         timings["compile_s"] = timings.get("compile_s", 0.0) + time.perf_counter() - t0
