@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jaxsim.arrow_values import numpy_values
 from jaxsim.errors import ProfileError, TableError
 from jaxsim.fields import is_int
 from jaxsim.profile.model import HEX40, SD_TIMING_SCOPE, SELECTOR_PREFIX, Deployment, ExecutionProfile
@@ -289,31 +290,12 @@ def _column_kind_ok(t: pa.DataType, kind: str) -> bool:
     return pa.types.is_floating(t)
 
 
-_NUMERIC = {
-    pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
-    pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
-    pa.float32(): np.float32, pa.float64(): np.float64,
-}
-
-
-def _values(col) -> np.ndarray:
-    """A numeric column's values as NumPy. Null-free primitive columns are read from the Arrow buffer:
-    pyarrow's ``to_numpy`` imports pandas (a quarter second of ``jaxsim validate``)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    dtype = _NUMERIC.get(arr.type)
-    if dtype is not None and arr.null_count == 0:
-        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * np.dtype(dtype).itemsize).copy()
-    if pa.types.is_boolean(arr.type) and arr.null_count == 0:
-        return np.array(arr.to_pylist(), dtype=bool)
-    return arr.to_numpy(zero_copy_only=False)
-
-
 def _strings(col) -> tuple[np.ndarray, np.ndarray]:
     """A null-free string column as (object array of its values, int64 code of each row's value): each
     distinct string is decoded once (a dictionary encoding), not once per row."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     enc = arr.dictionary_encode()
-    codes = np.asarray(_values(enc.indices), dtype=np.int64)
+    codes = np.asarray(numpy_values(enc.indices), dtype=np.int64)
     values = np.empty(len(enc.dictionary), dtype=object)
     values[:] = enc.dictionary.to_pylist()
     return values[codes], codes
@@ -323,10 +305,10 @@ def _to_numpy(col: pa.ChunkedArray, kind: str) -> np.ndarray:
     if kind == "str":
         return np.array(col.to_pylist(), dtype=object)
     if kind in ("int64", "int"):
-        return np.asarray(_values(col), dtype=np.int64)
+        return np.asarray(numpy_values(col), dtype=np.int64)
     if kind == "bool":
-        return np.asarray(_values(col), dtype=bool)
-    return np.asarray(_values(col), dtype=np.float64)
+        return np.asarray(numpy_values(col), dtype=bool)
+    return np.asarray(numpy_values(col), dtype=np.float64)
 
 
 def _selector_problem(text: str) -> str | None:

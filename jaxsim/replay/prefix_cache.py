@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxsim.arrow_values import numpy_values
 from jaxsim.errors import QueryError
 
 DEFAULT_TRACE_BLOCK_SIZE = 512  # Mooncake: one hash id per 512 prompt tokens (the reference's default)
@@ -171,9 +172,9 @@ def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> HashIds | None:
     hashes, inp = table.column("hash_ids").combine_chunks(), table.column("input_length").combine_chunks()
     if table.num_rows == 0 or hashes.null_count or inp.null_count:
         return None
-    n = inp.to_numpy()
-    lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False)
-    values = hashes.flatten().to_numpy()
+    n = numpy_values(inp)
+    lengths = numpy_values(pc.list_value_length(hashes))
+    values = numpy_values(hashes.flatten())
     if np.any(n < 1) or np.any(lengths != -(-n // trace_block_size)) or (values.size and int(values.min()) < 0):
         return None
     return HashIds(values.astype(np.int64), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))

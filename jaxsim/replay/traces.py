@@ -26,6 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from jaxsim import limits
+from jaxsim.arrow_values import numpy_values
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
@@ -225,11 +226,11 @@ def _read_csv_rows(path: Path, required: Sequence[str]) -> list[tuple[int, dict]
 
 
 def _f64(col: pa.ChunkedArray) -> np.ndarray | None:
-    """A null-free float64 column as NumPy (from the Arrow buffer: ``to_numpy`` would import pandas)."""
+    """A null-free float64 column as NumPy (None otherwise)."""
     arr = col.combine_chunks()
     if arr.null_count or arr.type != pa.float64():
         return None
-    return np.frombuffer(arr.buffers()[1], dtype=np.float64, count=len(arr), offset=arr.offset * 8).copy()
+    return numpy_values(arr)
 
 
 def _counts(col: pa.ChunkedArray) -> np.ndarray | None:
@@ -278,7 +279,7 @@ def _azure_fast(path: Path):
         ns = pc.cast(pc.cast(ts, pa.timestamp("ns")), pa.int64()).combine_chunks()
     except pa.ArrowException:  # an impossible date, or a fraction finer than 1 ns (the row reader truncates it)
         return None
-    ns = np.frombuffer(ns.buffers()[1], dtype=np.int64, count=len(ns), offset=ns.offset * 8)
+    ns = numpy_values(ns)
     inp, out = _counts(table.column("ContextTokens")), _counts(table.column("GeneratedTokens"))
     if inp is None or out is None:
         return None
