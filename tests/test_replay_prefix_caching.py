@@ -24,7 +24,7 @@ from jaxsim.replay import cache_engine as ce
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool, config_from_binding
 from jaxsim.replay.engine import COMPLETED, PASS_LIMIT, make_params
 from jaxsim.replay.orchestrate import prefix_caching_mode, run_replays
-from jaxsim.replay.prefix_cache import HashIds, block_keys, read_hash_ids
+from jaxsim.replay.prefix_cache import HashIds, block_keys, inferred_trace_block_size, read_hash_ids
 from jaxsim.replay.traces import load_trace, make_trace
 from jaxsim.router import Router
 from jaxsim.rules.config import load_config
@@ -284,3 +284,45 @@ def test_cli_prefix_caching_false_and_bad_block_size(tmp_path):
     p = subprocess.run([sys.executable, "-m", "jaxsim", "replay", str(bad), "--trace", str(trace), "--output", str(tmp_path / "y.parquet")],
                        capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert p.returncode == 2 and "prefix_caching" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_unstated_trace_block_size_is_the_power_of_two_the_rows_fit(tmp_path):
+    """Without --trace-block-size a trace reads at the power of two most rows fit (512 when it fits as many): every
+    reference case's stated size is found, the bundled Mooncake trace reads at 512, and a row that does not fit the
+    size the others fit is named at that size."""
+    for case in CASES:
+        stated = json.loads((CASES_DIR / case / "case.json").read_text())["trace_block_size"]
+        assert inferred_trace_block_size(CASES_DIR / case / "trace.jsonl") == stated, case
+        assert load_trace(CASES_DIR / case / "trace.jsonl", trace_block_size=None).trace_block_size == stated
+    assert inferred_trace_block_size(ROOT / "jaxsim" / "data" / "traces" / "mooncake_conversation_1k.jsonl") == 512
+    rows = [(374, 24), (396, 25), (91, 6), (16, 1), (17, 2)]  # hashed per 16 tokens
+    path = tmp_path / "t16.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": i, "input_length": n, "output_length": 3, "hash_ids": list(range(h))}) + "\n"
+                            for i, (n, h) in enumerate(rows)))
+    assert load_trace(path, trace_block_size=None).trace_block_size == 16
+    with pytest.raises(QueryError, match=r"row 1: 24 hash_ids for 374 input tokens at 512 tokens per hash"):
+        load_trace(path)  # the API's default is 512, stated
+    rows[2] = (91, 5)
+    path.write_text("".join(json.dumps({"timestamp": i, "input_length": n, "output_length": 3, "hash_ids": list(range(h))}) + "\n"
+                            for i, (n, h) in enumerate(rows)))
+    with pytest.raises(QueryError, match=r"row 3: 5 hash_ids for 91 input tokens at 16 tokens per hash \(expected 6\)"):
+        load_trace(path, trace_block_size=None)
+    tie = tmp_path / "tie.jsonl"  # one hash for 600 tokens: not 512, every size from 1024 up (the smallest)
+    tie.write_text('{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1]}\n')
+    assert inferred_trace_block_size(tie) == 1024
+    tie.write_text('{"timestamp": 0, "input_length": 400, "output_length": 4, "hash_ids": [1]}\n')  # 512 and up fit
+    assert inferred_trace_block_size(tie) == 512
+
+
+def test_cli_replay_reads_an_unstated_trace_block_size_and_says_so(tmp_path):
+    case = "fuzz-prefix-seed-67"  # hashed per 16 tokens
+    cfg, trace, c = _case_config(case, tmp_path)
+    stated, unstated = tmp_path / "stated.parquet", tmp_path / "unstated.parquet"
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--trace-block-size", str(c["trace_block_size"]),
+                            "--output", str(stated), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "tokens per hash id" not in r.output
+    r = runner.invoke(app, ["replay", str(cfg), "--trace", str(trace), "--output", str(unstated), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "hash_ids read at 16 tokens per hash id" in r.output
+    assert pq.read_table(unstated).drop(["config"]).equals(pq.read_table(stated).drop(["config"]))

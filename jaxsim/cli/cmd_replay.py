@@ -163,9 +163,10 @@ def _routing_lines(summaries: list[dict]) -> list[str]:
 
 
 def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule, arrival_rule, seed,
-              trace_block_size=512):
+              trace_block_size=None):
     """The requests to replay and their benchmark load (None: the trace's own arrivals, an open loop)."""
     from jaxsim.replay.loads import Lengths, benchmark_trace, parse_load
+    from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE
     from jaxsim.replay.traces import load_trace
 
     if load is None:
@@ -174,7 +175,11 @@ def _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, ran
             fail(f"{given[0]} goes with --load (a benchmark load); a trace brings its own lengths")
         if trace is None:
             fail("give --trace TRACE or --load LOAD (a benchmark load: closed:C[:N], poisson:RATE[:N], gamma:RATE:N:BURSTINESS)")
-        return load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests, trace_block_size=trace_block_size), None
+        tr = load_trace(trace, fmt=trace_format, time_scale=time_scale, max_requests=max_requests, trace_block_size=trace_block_size)
+        if trace_block_size is None and tr.hash_ids is not None and tr.trace_block_size != DEFAULT_TRACE_BLOCK_SIZE:
+            typer.echo(f"{trace}: hash_ids read at {tr.trace_block_size} tokens per hash id: every row has ceil(input_length / "
+                       f"{tr.trace_block_size}) of them, not ceil(input_length / 512) (--trace-block-size states the size)", err=True)
+        return tr, None
     if time_scale != 1.0:
         fail("--time-scale rescales a trace's arrivals; with --load the load sets them")
     bench = parse_load(load, arrival_rule=arrival_rule)
@@ -209,9 +214,11 @@ def register(app: typer.Typer) -> None:
         trace_format: str | None = typer.Option(None, "--format", help="Trace format: azure, mooncake, csv or jsonl (default: sniffed)."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply arrival times (>1 slows the trace down)."),
         max_requests: int | None = typer.Option(None, "--max-requests", help="Keep the first N requests."),
-        trace_block_size: int = typer.Option(
-            512, "--trace-block-size",
-            help="Prompt tokens per hash id of a Mooncake trace's hash_ids (prefix caching reads them; 512 as Mooncake and the reference).",
+        trace_block_size: int | None = typer.Option(
+            None, "--trace-block-size",
+            help=("Prompt tokens per hash id of a Mooncake trace's hash_ids (prefix caching reads them). Default: 512, as Mooncake "
+                  "and the reference, unless every row's hash_ids fit exactly one other power of two (then that one, and the "
+                  "replay says so)."),
         ),
         load: str | None = typer.Option(
             None,
@@ -303,7 +310,7 @@ def register(app: typer.Typer) -> None:
                     fail(f"{trace}: {rows:,} rows: {why} (JAXSIM_REPLAY_NO_MEMORY_CHECK=1 skips this check)")
         if router is not None:
             configs = _with_router(configs, router)
-        if trace_block_size < 1:
+        if trace_block_size is not None and trace_block_size < 1:
             fail(f"--trace-block-size {trace_block_size} must be >= 1")
         tr, bench = _requests(trace, trace_format, time_scale, max_requests, load, isl, osl, range_ratio, length_rule,
                               arrival_rule, seed, trace_block_size)

@@ -116,6 +116,49 @@ def _pair_codes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
 
 
+def inferred_trace_block_size(path: str | os.PathLike) -> int:
+    """The tokens per hash id of a Mooncake trace whose size is not stated: the power of two that the most rows fit
+    (``ceil(input_length / size)`` hash ids each), :data:`DEFAULT_TRACE_BLOCK_SIZE` (512, as Mooncake and the reference)
+    when it fits as many: a trace hashed per 16-token vLLM block reads at 16, a Mooncake trace at 512 (then the reader
+    names a row that does not fit it). A file the Arrow reader does not take: 512 (the row reader names the bad row)."""
+    counts = _hash_counts_by_arrow(Path(path))
+    if counts is None:
+        return DEFAULT_TRACE_BLOCK_SIZE
+    n_hash, n_tokens = counts
+    sizes = np.array([1 << k for k in range(31)], np.int64)
+    fits = np.sum(n_hash[None, :] == -(-n_tokens[None, :] // sizes[:, None]), axis=1)
+    best = int(sizes[np.argmax(fits)])
+    return DEFAULT_TRACE_BLOCK_SIZE if fits[sizes == DEFAULT_TRACE_BLOCK_SIZE][0] == fits.max() else best
+
+
+def _hash_counts_by_arrow(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """(hash ids, input tokens) per row by pyarrow; None when a row is malformed or the file unreadable."""
+    import pyarrow.compute as pc
+
+    cols = _arrow_hash_columns(path)
+    if cols is None:
+        return None
+    hashes, inp = cols
+    return numpy_values(pc.list_value_length(hashes)).astype(np.int64), numpy_values(inp).astype(np.int64)
+
+
+def _arrow_hash_columns(path: Path):
+    """The ``hash_ids`` (list<int64>) and ``input_length`` (int64) columns by pyarrow, null-free; None when a row is
+    malformed or the file unreadable (the row reader then names the row)."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    schema = pa.schema([("hash_ids", pa.list_(pa.int64())), ("input_length", pa.int64())])
+    try:
+        table = pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowException, OSError):
+        return None
+    hashes, inp = table.column("hash_ids").combine_chunks(), table.column("input_length").combine_chunks()
+    if table.num_rows == 0 or hashes.null_count or inp.null_count:
+        return None
+    return hashes, inp
+
+
 def read_hash_id_table(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> HashIds:
     """:func:`read_hash_ids` as a flat :class:`HashIds` (read by pyarrow when every row is well formed)."""
     _check_block_size(trace_block_size)
@@ -160,18 +203,12 @@ def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE
 def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> HashIds | None:
     """:func:`read_hash_ids` by pyarrow when every row is well formed (None otherwise: the row reader then names the
     first bad row)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.json as pajson
 
-    schema = pa.schema([("hash_ids", pa.list_(pa.int64())), ("input_length", pa.int64())])
-    try:
-        table = pajson.read_json(path, parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
-    except (pa.ArrowException, OSError):
+    cols = _arrow_hash_columns(path)
+    if cols is None:
         return None
-    hashes, inp = table.column("hash_ids").combine_chunks(), table.column("input_length").combine_chunks()
-    if table.num_rows == 0 or hashes.null_count or inp.null_count:
-        return None
+    hashes, inp = cols
     n = numpy_values(inp)
     lengths = numpy_values(pc.list_value_length(hashes))
     values = numpy_values(hashes.flatten())

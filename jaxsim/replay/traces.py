@@ -30,7 +30,7 @@ from jaxsim.arrow_values import numpy_values
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
-from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, HashIds, read_hash_id_table
+from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, HashIds, inferred_trace_block_size, read_hash_id_table
 
 __all__ = [
     "FORMATS", "SESSION_FIELDS", "Sessions", "Trace", "read_sessions",
@@ -504,7 +504,7 @@ def load_trace(
     time_scale: float = 1.0,
     max_requests: int | None = None,
     max_duration_ms: float | None = None,
-    trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE,
+    trace_block_size: int | None = DEFAULT_TRACE_BLOCK_SIZE,
 ) -> Trace:
     """Load a bundled trace by name or a trace file (format sniffed unless ``fmt`` is one of
     ``azure | mooncake | csv | jsonl``), then truncate and scale arrival times. A Mooncake trace's ``hash_ids``
@@ -523,6 +523,8 @@ def load_trace(
     if key in _BUNDLED:
         trace = replace(trace, name=key)
     if kind == "mooncake" and _mentions(path, (b'"hash_ids"',)):
+        if trace_block_size is None:
+            trace_block_size = inferred_trace_block_size(path)
         trace = replace(trace, hash_ids=read_hash_id_table(path, trace_block_size).take(trace.row), trace_block_size=int(trace_block_size))
     if len(trace) == 0:
         raise QueryError(f"{path}: the trace has no requests")
