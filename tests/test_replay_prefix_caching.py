@@ -326,3 +326,42 @@ def test_cli_replay_reads_an_unstated_trace_block_size_and_says_so(tmp_path):
     assert r.exit_code == 0, r.output
     assert "hash_ids read at 16 tokens per hash id" in r.output
     assert pq.read_table(unstated).drop(["config"]).equals(pq.read_table(stated).drop(["config"]))
+
+
+def _unshared_trace(n: int = 24, seed: int = 5, tbs: int = 16):
+    """Requests whose prompt blocks are all their own (every hash id once), arriving close together."""
+    g = np.random.default_rng(seed)
+    hashes = [[1000 * i + j for j in range(int(g.integers(1, 5)))] for i in range(n)]
+    trace = make_trace("unshared", np.sort(g.uniform(0, 30, n)), [len(h) * tbs for h in hashes], g.integers(3, 40, n), rebase=False)
+    return dataclasses.replace(trace, hash_ids=HashIds.from_rows([hashes[r] for r in trace.row.tolist()]), trace_block_size=tbs)
+
+
+@pytest.mark.parametrize("blocks", [400, 14])  # a roomy pool (no preemption: the plain engine's run) and a tight one
+def test_a_trace_sharing_no_block_replays_as_the_cached_engine(blocks, monkeypatch):
+    """A trace whose requests share no prompt block runs the plain engine (no request can read another's blocks) unless a
+    replica preempts (then a readmitted request may read its own): either way every field equals the cached engine's."""
+    import jaxsim.replay.orchestrate as orch
+
+    trace = _unshared_trace()
+    pool = _pool(num_gpu_blocks=blocks)
+    tm: dict = {}
+    if blocks == 400:  # no preemption: the cached engine is not run at all
+        monkeypatch.setattr(orch, "run_cached_items", lambda *a, **k: pytest.fail("ran the cached engine"))
+    [on] = run_replays([ReplayConfig("on", 0, np.zeros(5), aggregated=pool)], trace, timings=tm)
+    keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, 16, 8)
+    assert sum(k.size for k in keys) == num_keys  # nothing shared
+    params = make_params(pool.table, max_num_batched_tokens=128, max_num_seqs=4, block_size=8, num_gpu_blocks=blocks, num_draft_tokens=0,
+                         accept_rates=np.zeros(5), max_model_len=4096, max_passes=10**6)
+    pk, capacity = ce.prompt_keys(keys, num_keys, 32)
+    shapes = ce.shapes_for(trace.input_tokens, trace.output_tokens, max_num_seqs=4, block_size=8, num_gpu_blocks=blocks,
+                           max_model_len=4096, num_keys=capacity)
+    direct = ce.cached_replay_jit(params, trace.requests(32), pk, shapes)
+    n = len(trace)
+    preempted = int(np.asarray(direct.result.preemptions).sum())
+    assert (preempted > 0) == (blocks == 14)
+    for mine, theirs in (("first_token_ms", direct.result.first_token_ms), ("last_token_ms", direct.result.last_token_ms),
+                         ("preemptions", direct.result.preemptions), ("admissions", direct.result.admissions),
+                         ("cache_hit_tokens", direct.first_hit_tokens)):
+        np.testing.assert_array_equal(on.requests[mine], np.asarray(theirs)[:n], err_msg=mine)
+    assert on.summary["prefix_caching"] == "modelled"
+    assert tm["passes"] == int(direct.result.num_passes)  # the plain run a preempting stage repeats is not counted
