@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "jaxsim.progress": 0,
     "jaxsim.acceptance": 0,
     "jaxsim.fields": 0,
+    "jaxsim.arrow_values": 0,
     "jaxsim.cache_trust": 0,
     "jaxsim.environment": 0,
     "jaxsim.query_files": 0,
