@@ -216,9 +216,9 @@ def register(app: typer.Typer) -> None:
         max_requests: int | None = typer.Option(None, "--max-requests", help="Keep the first N requests."),
         trace_block_size: int | None = typer.Option(
             None, "--trace-block-size",
-            help=("Prompt tokens per hash id of a Mooncake trace's hash_ids (prefix caching reads them). Default: 512, as Mooncake "
-                  "and the reference, unless every row's hash_ids fit exactly one other power of two (then that one, and the "
-                  "replay says so)."),
+            help=("Prompt tokens per hash id of a Mooncake trace's hash_ids (prefix caching reads them). Default: the power of "
+                  "two most rows fit, 512 (as Mooncake and the reference) when it fits as many; the replay says when it is not "
+                  "512."),
         ),
         load: str | None = typer.Option(
             None,
