@@ -314,6 +314,21 @@ def test_an_unstated_trace_block_size_is_the_power_of_two_the_rows_fit(tmp_path)
     assert inferred_trace_block_size(tie) == 512
 
 
+def test_an_unstated_trace_block_size_is_read_with_the_hash_ids_in_one_read(monkeypatch):
+    """Inferring the size and reading the hash ids parse the trace once (the same table as at the stated size)."""
+    from jaxsim.replay import prefix_cache
+
+    path = CASES_DIR / CASES[0] / "trace.jsonl"
+    reads = []
+    real = prefix_cache._arrow_hash_columns
+    monkeypatch.setattr(prefix_cache, "_arrow_hash_columns", lambda p: reads.append(p) or real(p))
+    inferred = load_trace(path, trace_block_size=None)
+    assert len(reads) == 1
+    stated = load_trace(path, trace_block_size=inferred.trace_block_size)
+    assert np.array_equal(inferred.hash_ids.values, stated.hash_ids.values)
+    assert np.array_equal(inferred.hash_ids.offsets, stated.hash_ids.offsets)
+
+
 def test_cli_replay_reads_an_unstated_trace_block_size_and_says_so(tmp_path):
     case = "fuzz-prefix-seed-67"  # hashed per 16 tokens
     cfg, trace, c = _case_config(case, tmp_path)

@@ -121,25 +121,20 @@ def inferred_trace_block_size(path: str | os.PathLike) -> int:
     (``ceil(input_length / size)`` hash ids each), :data:`DEFAULT_TRACE_BLOCK_SIZE` (512, as Mooncake and the reference)
     when it fits as many: a trace hashed per 16-token vLLM block reads at 16, a Mooncake trace at 512 (then the reader
     names a row that does not fit it). A file the Arrow reader does not take: 512 (the row reader names the bad row)."""
-    counts = _hash_counts_by_arrow(Path(path))
-    if counts is None:
-        return DEFAULT_TRACE_BLOCK_SIZE
-    n_hash, n_tokens = counts
+    cols = _arrow_hash_columns(Path(path))
+    return DEFAULT_TRACE_BLOCK_SIZE if cols is None else _size_most_rows_fit(*cols)
+
+
+def _size_most_rows_fit(hashes, inp) -> int:
+    """:func:`inferred_trace_block_size` of the Arrow ``hash_ids`` and ``input_length`` columns."""
+    import pyarrow.compute as pc
+
+    n_hash = numpy_values(pc.list_value_length(hashes)).astype(np.int64)
+    n_tokens = numpy_values(inp).astype(np.int64)
     sizes = np.array([1 << k for k in range(31)], np.int64)
     fits = np.sum(n_hash[None, :] == -(-n_tokens[None, :] // sizes[:, None]), axis=1)
     best = int(sizes[np.argmax(fits)])
     return DEFAULT_TRACE_BLOCK_SIZE if fits[sizes == DEFAULT_TRACE_BLOCK_SIZE][0] == fits.max() else best
-
-
-def _hash_counts_by_arrow(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
-    """(hash ids, input tokens) per row by pyarrow; None when a row is malformed or the file unreadable."""
-    import pyarrow.compute as pc
-
-    cols = _arrow_hash_columns(path)
-    if cols is None:
-        return None
-    hashes, inp = cols
-    return numpy_values(pc.list_value_length(hashes)).astype(np.int64), numpy_values(inp).astype(np.int64)
 
 
 def _arrow_hash_columns(path: Path):
@@ -159,11 +154,19 @@ def _arrow_hash_columns(path: Path):
     return hashes, inp
 
 
-def read_hash_id_table(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE_BLOCK_SIZE) -> HashIds:
-    """:func:`read_hash_ids` as a flat :class:`HashIds` (read by pyarrow when every row is well formed)."""
-    _check_block_size(trace_block_size)
-    fast = _hash_ids_by_arrow(Path(path), int(trace_block_size))
-    return fast if fast is not None else HashIds.from_rows(read_hash_ids(path, trace_block_size))
+def read_hash_id_table(path: str | os.PathLike, trace_block_size: int | None = DEFAULT_TRACE_BLOCK_SIZE) -> tuple[HashIds, int]:
+    """:func:`read_hash_ids` as a flat :class:`HashIds`, with the tokens per hash id it was read at: ``trace_block_size``,
+    or when None the size :func:`inferred_trace_block_size` gives, from the same read of the file (by pyarrow when
+    every row is well formed)."""
+    if trace_block_size is not None:
+        _check_block_size(trace_block_size)
+    path = Path(path)
+    cols = _arrow_hash_columns(path)
+    if trace_block_size is None:
+        trace_block_size = DEFAULT_TRACE_BLOCK_SIZE if cols is None else _size_most_rows_fit(*cols)
+    fast = None if cols is None else _hash_ids_of_columns(*cols, int(trace_block_size))
+    table = fast if fast is not None else HashIds.from_rows(read_hash_ids(path, trace_block_size))
+    return table, int(trace_block_size)
 
 
 def _check_block_size(trace_block_size) -> None:
@@ -179,7 +182,8 @@ def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE
 
     _check_block_size(trace_block_size)
     path = Path(path)
-    fast = _hash_ids_by_arrow(path, int(trace_block_size))
+    cols = _arrow_hash_columns(path)
+    fast = None if cols is None else _hash_ids_of_columns(*cols, int(trace_block_size))
     if fast is not None:
         return [row.tolist() for row in fast]
     out = []
@@ -200,15 +204,11 @@ def read_hash_ids(path: str | os.PathLike, trace_block_size: int = DEFAULT_TRACE
     return out
 
 
-def _hash_ids_by_arrow(path: Path, trace_block_size: int) -> HashIds | None:
-    """:func:`read_hash_ids` by pyarrow when every row is well formed (None otherwise: the row reader then names the
-    first bad row)."""
+def _hash_ids_of_columns(hashes, inp, trace_block_size: int) -> HashIds | None:
+    """:func:`read_hash_ids` of the Arrow columns when every row is well formed (None otherwise: the row reader then
+    names the first bad row)."""
     import pyarrow.compute as pc
 
-    cols = _arrow_hash_columns(path)
-    if cols is None:
-        return None
-    hashes, inp = cols
     n = numpy_values(inp)
     lengths = numpy_values(pc.list_value_length(hashes))
     values = numpy_values(hashes.flatten())

@@ -30,7 +30,7 @@ from jaxsim.arrow_values import numpy_values
 from jaxsim.errors import QueryError
 from jaxsim.fields import FieldReader, is_int
 from jaxsim.kernels.buckets import pow2_bucket
-from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, HashIds, inferred_trace_block_size, read_hash_id_table
+from jaxsim.replay.prefix_cache import DEFAULT_TRACE_BLOCK_SIZE, HashIds, read_hash_id_table
 
 __all__ = [
     "FORMATS", "SESSION_FIELDS", "Sessions", "Trace", "read_sessions",
@@ -523,9 +523,8 @@ def load_trace(
     if key in _BUNDLED:
         trace = replace(trace, name=key)
     if kind == "mooncake" and _mentions(path, (b'"hash_ids"',)):
-        if trace_block_size is None:
-            trace_block_size = inferred_trace_block_size(path)
-        trace = replace(trace, hash_ids=read_hash_id_table(path, trace_block_size).take(trace.row), trace_block_size=int(trace_block_size))
+        table, trace_block_size = read_hash_id_table(path, trace_block_size)
+        trace = replace(trace, hash_ids=table.take(trace.row), trace_block_size=trace_block_size)
     if len(trace) == 0:
         raise QueryError(f"{path}: the trace has no requests")
     if max_duration_ms is not None:
