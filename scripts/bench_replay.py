@@ -384,7 +384,7 @@ def worker(spec: Path, trace: Path, out: Path) -> None:
         "configs": len(configs), "completed": done, "replays_completed": sum(o.status_text == "completed" for o in outs),
         "compile_s": first.get("compile_s", 0.0), "compilations": first.get("compilations", 0),
         "run_cold_s": first.get("run_s", 0.0), "run_s": again.get("run_s", 0.0),
-        "passes": again.get("passes", 0), "loop_steps": again.get("loop_steps", 0),
+        "passes": again.get("passes", 0), "loop_steps": again.get("loop_steps", 0), "replays_shared": again.get("replays_shared", 0),
         "peak_rss_mb": _rss_mb(resource.getrusage(resource.RUSAGE_SELF)),
     }))
 
@@ -509,7 +509,8 @@ def main() -> None:
         rows.append(e)
         print(f"jaxsim engine, {e['configs']} configs: {e['replays_completed']}/{e['configs']} completed; compile {e['compile_s']:.1f} s "
               f"({e['compilations']} executables, cold cache), replay {e['run_s']:.2f} s (first {e['run_cold_s']:.2f} s) -> "
-              f"{e['rate']:,.0f} request-replays/s; peak RSS {e['peak_rss_mb']:,.0f} MB; {e['passes']:,} passes in {e['loop_steps']:,} loop steps")
+              f"{e['rate']:,.0f} request-replays/s; peak RSS {e['peak_rss_mb']:,.0f} MB; {e['passes']:,} passes in {e['loop_steps']:,} loop steps; "
+              f"{e['replays_shared']} of {e['configs']} replays took another's result (only max_num_seqs differed, no admission reached it)")
     report["engine"] = rows
 
     cli_rows = []
@@ -533,7 +534,8 @@ def main() -> None:
             row[tag] = {"wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"], "timings": js["timings"], "completed": done,
                         "rate": done / r["wall_s"]}
         cli_rows.append(row)
-        print(f"  passes {row['warm']['timings'].get('passes', 0):,} in {row['warm']['timings'].get('loop_steps', 0):,} loop steps")
+        print(f"  passes {row['warm']['timings'].get('passes', 0):,} in {row['warm']['timings'].get('loop_steps', 0):,} loop steps; "
+              f"{row['warm']['timings'].get('replays_shared', 0)} of {n} replays shared another's result")
         c, w = row["cold"], row["warm"]
         print(f"jaxsim CLI, {n} configs: cold cache {c['wall_s']:.1f} s (compile {c['timings']['compile_s']:.1f} s), warm {w['wall_s']:.1f} s "
               f"(compile {w['timings']['compile_s']:.1f} s, replay {w['timings']['run_s']:.1f} s) -> {c['rate']:,.0f} / {w['rate']:,.0f} "

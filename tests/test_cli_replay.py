@@ -342,7 +342,8 @@ def test_replay_json_reports_compile_and_run_time_separately(tmp_path):
                               "--no-progress"])
     assert res.exit_code in (0, 3), res.output
     t = json.loads(res.stdout[res.stdout.index("{"):])["timings"]
-    assert set(t) == {"prepare_s", "compile_s", "compilations", "executables_loaded", "run_s", "results_s", "total_s", "passes", "loop_steps"}
+    assert set(t) == {"prepare_s", "compile_s", "compilations", "executables_loaded", "run_s", "results_s", "total_s", "passes", "loop_steps",
+                      "replays_shared"}
     assert 0 < t["loop_steps"] <= t["passes"]
     assert all(t[k] >= 0 for k in t)
     assert t["run_s"] > 0 and t["compilations"] >= 0

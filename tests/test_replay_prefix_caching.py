@@ -35,13 +35,13 @@ CASES_DIR = Path(__file__).parent / "data" / "prefix_cases"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if p.is_dir())
 
 
-def _shared_trace(n: int = 12, seed: int = 3, tbs: int = 16):
-    """Requests over three shared prefixes (hash ids of ``tbs`` tokens), arriving close together."""
+def _shared_trace(n: int = 12, seed: int = 3, tbs: int = 16, span_ms: float = 40.0):
+    """Requests over three shared prefixes (hash ids of ``tbs`` tokens), arriving close together (within ``span_ms``)."""
     g = np.random.default_rng(seed)
     hashes = [[100 * int(g.integers(0, 3)) + j for j in range(3)] + [10_000 + 10 * i + j for j in range(int(g.integers(1, 3)))]
               for i in range(n)]
     prompts = [len(h) * tbs for h in hashes]
-    trace = make_trace("shared", np.sort(g.uniform(0, 40, n)), prompts, g.integers(3, 20, n), rebase=False)
+    trace = make_trace("shared", np.sort(g.uniform(0, span_ms, n)), prompts, g.integers(3, 20, n), rebase=False)
     return dataclasses.replace(trace, hash_ids=HashIds.from_rows([hashes[r] for r in trace.row.tolist()]), trace_block_size=tbs)
 
 
@@ -380,3 +380,23 @@ def test_a_trace_sharing_no_block_replays_as_the_cached_engine(blocks, monkeypat
         np.testing.assert_array_equal(on.requests[mine], np.asarray(theirs)[:n], err_msg=mine)
     assert on.summary["prefix_caching"] == "modelled"
     assert tm["passes"] == int(direct.result.num_passes)  # the plain run a preempting stage repeats is not counted
+
+
+@pytest.mark.parametrize("blocks", [400, 24])  # a roomy pool and a tight one (evictions, preemptions)
+def test_cached_replays_that_differ_only_in_max_num_seqs_share_where_no_seat_was_reached(blocks):
+    """A sweep's max_num_seqs axis with prefix caching on: the replay with the most seats runs first, and the others
+    whose max_num_seqs is at least the most requests it ran take its result; every replay equals its run alone, field
+    for field, hit tokens included (the seats of the smallest ones matter: their results differ)."""
+    trace = _shared_trace(n=16, seed=5, span_ms=800.0)
+    seqs = (1, 2, 3, 4, 6, 8, 12, 16)
+    table = golden_table("ar_core")  # one table object (as a sweep's bindings share theirs)
+    configs = [ReplayConfig(f"m{m}", 0, np.zeros(5), aggregated=_pool(table=table, max_num_seqs=m, num_gpu_blocks=blocks)) for m in seqs]
+    tm: dict = {}
+    together = run_replays(configs, trace, timings=tm)
+    assert 0 < tm["replays_shared"] < len(seqs) - 1
+    alone = [run_replays([c], trace)[0] for c in configs]
+    for m, a, b in zip(seqs, together, alone):
+        assert a.status_text == b.status_text
+        for name in ("first_token_ms", "last_token_ms", "preemptions", "admissions", "cache_hit_tokens", "terminal"):
+            np.testing.assert_array_equal(a.requests[name], b.requests[name], err_msg=f"max_num_seqs {m}: {name}")
+    assert not np.array_equal(alone[0].requests["first_token_ms"], alone[-1].requests["first_token_ms"])

@@ -21,7 +21,7 @@ from jaxsim.deploy.binding import bind
 from jaxsim.kernels.rounds import compile_round_table
 from jaxsim.replay import executables, runner
 from jaxsim.replay.deployment import config_from_binding
-from jaxsim.replay.engine import COMPLETED, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
+from jaxsim.replay.engine import COMPLETED, PASS_LIMIT, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
 from jaxsim.replay.executables import advance_many, finish_many, start_many
 from jaxsim.replay.runner import ReplayItem, replay_batch, unstack
 from jaxsim.replay.traces import make_trace
@@ -270,3 +270,51 @@ def test_a_replay_run_in_chunks_of_a_few_loop_steps_equals_one_call(monkeypatch,
     for a, b in zip(whole, chunked):
         for name, x in vars(a).items():
             np.testing.assert_array_equal(getattr(b, name), x, err_msg=name)
+
+
+def _peak_running(item: ReplayItem) -> int:
+    out = [None]
+    return runner._run_indices([item], [0], out, TIMELINE, None, None, None)[0]
+
+
+def test_replays_that_differ_only_in_max_num_seqs_share_the_result_where_no_seat_was_reached():
+    """A sweep's max_num_seqs axis: the replay with the most seats runs first, every other replay of its class whose
+    max_num_seqs is at least the most requests that one ran gets its result (the same object), the rest run; every
+    result equals the replay run alone at its full capacity (the boundary included: at one seat below the peak the
+    seats matter and the result differs)."""
+    trace = _crowd(seed=4)
+    key = jax.random.PRNGKey(7)
+    peak = _peak_running(ReplayItem(_params(128), trace.requests(N), key, slot_bucket(128), False))
+    assert 8 < peak < 120
+    ms = sorted({128, peak + 1, peak, peak - 1, 8, 120})
+    items = [ReplayItem(_params(m), trace.requests(N), key, slot_bucket(m), False) for m in ms]
+    timings: dict = {}
+    got = runner.run_items(items, timeline_len=TIMELINE, chunk=None, timings=timings)
+    top = got[ms.index(128)]
+    shared = [m for m in ms if m != 128 and got[ms.index(m)] is top]
+    assert shared == [m for m in ms if peak <= m < 128] and timings["replays_shared"] == len(shared)
+    for m, res in zip(ms, got):
+        one = _full(_params(m), trace, slot_bucket(m), seed=7)
+        for name, a in vars(one).items():
+            if name != "num_steps":
+                np.testing.assert_array_equal(getattr(res, name), a, err_msg=f"max_num_seqs {m}: {name}")
+    below = got[ms.index(peak - 1)]
+    assert not np.array_equal(below.first_token_ms, top.first_token_ms)
+
+
+def test_a_replay_stopped_by_its_pass_limit_shares_nothing():
+    """The replay with the most seats ran out of passes: a replay with fewer seats may have more passes to go, so
+    each runs (and equals its run alone)."""
+    import equinox as eqx
+
+    trace = _crowd(seed=4)
+    key = jax.random.PRNGKey(7)
+    limited = lambda m: eqx.tree_at(lambda q: q.max_passes, _params(m), np.int64(40))  # noqa: E731
+    items = [ReplayItem(limited(m), trace.requests(N), key, slot_bucket(m), False) for m in (128, 120)]
+    timings: dict = {}
+    got = runner.run_items(items, timeline_len=TIMELINE, chunk=None, timings=timings)
+    assert int(got[0].status) == PASS_LIMIT and timings["replays_shared"] == 0 and got[0] is not got[1]
+    for m, res in zip((128, 120), got):
+        one = _full(limited(m), trace, slot_bucket(m), seed=7)
+        np.testing.assert_array_equal(res.status, one.status)
+        np.testing.assert_array_equal(res.first_token_ms, one.first_token_ms)

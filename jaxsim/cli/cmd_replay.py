@@ -61,12 +61,14 @@ def configs_from_sweep(spec_path: Path):
 def _timings(t: dict, t_results: float, t_start: float) -> dict:
     """Wall-time split of one replay command (seconds): bindings and trace, compilation (lowering +
     XLA, or an executable-cache load), replay, and results (summaries and files); the scheduler passes
-    replayed and the loop steps they took (decode stretches: several passes a step)."""
+    replayed and the loop steps they took (decode stretches: several passes a step); the replays that took another's
+    result (configurations that differ only in a max_num_seqs no admission reached: jaxsim.replay.runner.run_items)."""
     now = time.perf_counter()
     out = {"prepare_s": t.get("prepare_s", 0.0), "compile_s": t.get("compile_s", 0.0), "compilations": int(t.get("compilations", 0)),
            "executables_loaded": int(t.get("executables_loaded", 0)),
            "run_s": t.get("run_s", 0.0), "results_s": now - t_results, "total_s": now - t_start,
-           "passes": int(t.get("passes", 0)), "loop_steps": int(t.get("loop_steps", 0))}
+           "passes": int(t.get("passes", 0)), "loop_steps": int(t.get("loop_steps", 0)),
+           "replays_shared": int(t.get("replays_shared", 0))}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
@@ -373,7 +375,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"time: {timings['total_s']:.2f} s = prepare {timings['prepare_s']:.2f} s + compile {timings['compile_s']:.2f} s "
                        f"({timings['compilations']} compiled, {timings['executables_loaded']} loaded from the executable cache) + "
                        f"replay {timings['run_s']:.2f} s + results {timings['results_s']:.2f} s; {timings['passes']:,} scheduler passes in "
-                       f"{timings['loop_steps']:,} loop steps")
+                       f"{timings['loop_steps']:,} loop steps"
+                       + (f"; {timings['replays_shared']} replays shared another's result (only max_num_seqs differed, and no "
+                          "admission reached it)" if timings["replays_shared"] else ""))
         for line in rejection_lines(outcomes):
             typer.echo(f"warning: {line}", err=True)
         incomplete = [s for s in summaries if s["status"] != "completed" or not s["completed_requests"]]

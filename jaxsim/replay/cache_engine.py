@@ -363,10 +363,11 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
         at = jnp.where(fits, r, nowhere)
         s = eqx.tree_at(
             lambda x: (x.pool, x.table, x.first_hit_tokens, x.hit_tokens, x.engine.running, x.engine.num_running,
-                       x.engine.num_preempted, x.engine.next_arrival), s,
+                       x.engine.peak_running, x.engine.num_preempted, x.engine.next_arrival), s,
             (pool, bp.set_entry(s.table, r, t, fits), bp.set_entry(s.first_hit_tokens, r, cached, fits & (row.admissions[0] == 0)),
              bp.set_entry(s.hit_tokens, r, jnp.maximum(s.hit_tokens[r], cached), fits), bp.set_entry(e.running, slot, r, fits),
-             e.num_running + fits, e.num_preempted - (fits & from_stack), e.next_arrival + (fits & ~from_stack)),
+             e.num_running + fits, jnp.maximum(e.peak_running, e.num_running + fits), e.num_preempted - (fits & from_stack),
+             e.next_arrival + (fits & ~from_stack)),
         )
         admitted = _set(row, admissions=row.admissions[0] + 1, computed=cached, allocated_blocks=num_hits)
         s, grown = _grow(p, consts, pk, shapes, s, r, admitted, cached + tokens, fits, chunked=True)

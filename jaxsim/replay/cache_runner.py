@@ -21,7 +21,7 @@ from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import executables as X
 from jaxsim.replay.engine import SLOTS_FULL, EngineParams, Requests
-from jaxsim.replay.runner import capacities, stretch_lookahead
+from jaxsim.replay.runner import capacities, same_replay, seat_classes, seat_key, stretch_lookahead
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,38 +50,59 @@ def run_cached_items(items: Sequence[CachedItem], *, timeline_len: int, timings:
     max_num_seqs bucket is above 128, doubling on ``SLOTS_FULL``): a pass's fixed cost grows with the slots (one
     decoding request at 1,024 slots: 85 us a pass; at 64: 11 us). A loop step is a decode stretch
     (:mod:`jaxsim.replay.cache_stretch`, the ordinary engine's lookahead) and one pass. ``timings`` (optional) accumulates ``compile_s``,
-    ``run_s``, ``compilations`` and ``executables_loaded`` (executables come through the on-disk executable cache)."""
+    ``run_s``, ``compilations``, ``executables_loaded`` and ``replays_shared`` (executables come through the on-disk
+    executable cache). Replays that differ only in max_num_seqs share a result where no seat was reached, as in
+    :func:`~jaxsim.replay.runner.run_items` (an admission stops at the first request that does not fit, changing
+    nothing, so a seat that stops it first changes nothing either)."""
     ensure_x64()
-    groups: dict = {}
-    for i, it in enumerate(items):
-        groups.setdefault(_group_key(it), []).append(i)
     out: list = [None] * len(items)
-    for indices in groups.values():
-        shapes = ce.widest(*(items[i].shapes for i in indices))
-        tables = common_tables([items[i].params.table for i in indices])  # one table shape for the group
-        jobs = [(i, dataclasses.replace(items[i].params, table=table)) for i, table in zip(indices, tables)]
+    classes = seat_classes(items, lambda it: (it.requests.size, it.shapes._replace(slots=0), seat_key(it.params, it.requests, it.keys)))
+    peaks = _run_indices(items, [c[0] for c in classes], out, timeline_len, timings)
+    rest, shared = [], 0
+    for first, *others in classes:
+        for i in others:
+            if same_replay(out[first].result, peaks[first], items[i].params):
+                out[i] = out[first]
+                shared += 1
+            else:
+                rest.append(i)
+    _run_indices(items, rest, out, timeline_len, timings)
+    _add(timings, "replays_shared", shared)
+    return out
+
+
+def _run_indices(items: Sequence[CachedItem], indices: list[int], out: list, timeline_len: int, timings: dict | None) -> dict[int, int]:
+    """Run ``items[indices]`` into ``out``, by groups of static shapes; each one's peak of running requests."""
+    groups: dict = {}
+    for i in indices:
+        groups.setdefault(_group_key(items[i]), []).append(i)
+    peaks: dict[int, int] = {}
+    for group in groups.values():
+        shapes = ce.widest(*(items[i].shapes for i in group))
+        tables = common_tables([items[i].params.table for i in group])  # one table shape for the group
+        jobs = [(i, dataclasses.replace(items[i].params, table=table)) for i, table in zip(group, tables)]
         workers = _workers(len(jobs))
         if workers == 1:
             for i, params in jobs:
-                out[i] = _run_one(params, items[i].requests, items[i].keys, shapes, int(timeline_len), timings)
+                out[i], peaks[i] = _run_one(params, items[i].requests, items[i].keys, shapes, int(timeline_len), timings)
             continue
         # several replays at once, one per core: each is one sequential XLA loop, and XLA runs it without the GIL
         i0, p0 = jobs[0]
-        out[i0] = _run_one(p0, items[i0].requests, items[i0].keys, shapes, int(timeline_len), timings)  # compiles the first rung
+        out[i0], peaks[i0] = _run_one(p0, items[i0].requests, items[i0].keys, shapes, int(timeline_len), timings)  # compiles the first rung
         local = [{} for _ in jobs[1:]]
         t0 = time.perf_counter()
-        def run(job: tuple, spent: dict) -> ce.CachedReplay:
+        def run(job: tuple, spent: dict) -> tuple[ce.CachedReplay, int]:
             i, params = job
             return _run_one(params, items[i].requests, items[i].keys, shapes, int(timeline_len), spent)
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for (i, _), res in zip(jobs[1:], pool.map(run, jobs[1:], local)):
-                out[i] = res
+            for (i, _), (res, peak) in zip(jobs[1:], pool.map(run, jobs[1:], local)):
+                out[i], peaks[i] = res, peak
         compile_s = sum(t.get("compile_s", 0.0) for t in local)
         for key in ("compile_s", "compilations", "executables_loaded"):
             _add(timings, key, sum(t.get(key, 0) for t in local))
         _add(timings, "run_s", max(time.perf_counter() - t0 - compile_s, 0.0))
-    return out
+    return peaks
 
 
 def _workers(n_items: int) -> int:
@@ -95,8 +116,9 @@ def _workers(n_items: int) -> int:
 
 
 def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.Shapes, timeline_len: int,
-             timings: dict | None) -> ce.CachedReplay:
-    """One cached replay up the slot ladder (start, advance until done or ``SLOTS_FULL``, widen, ..., finish)."""
+             timings: dict | None) -> tuple[ce.CachedReplay, int]:
+    """One cached replay up the slot ladder (start, advance until done or ``SLOTS_FULL``, widen, ..., finish), and the
+    most requests it ran at once."""
     ladder = capacities(shapes.slots, 1)
     lookahead = stretch_lookahead(1)
     exe = executables_for(params, rq, pk, shapes._replace(slots=ladder[0]), timeline_len, lookahead, timings)
@@ -114,7 +136,7 @@ def _run_one(params: EngineParams, rq: Requests, pk: ce.PromptKeys, shapes: ce.S
         _add(timings, "run_s", time.perf_counter() - t0)
     res = jax.tree.map(np.asarray, exe["finish"](rq, s, consts))
     _add(timings, "run_s", time.perf_counter() - t0)
-    return res
+    return res, int(s.engine.peak_running)
 
 
 _COMPILING = threading.Lock()

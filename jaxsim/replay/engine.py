@@ -251,6 +251,9 @@ class EngineState(eqx.Module):
     status: Int32[Array, ""]
     num_done: Int64[Array, ""]
     num_running: Int64[Array, ""]
+    # the most requests a pass's list held after its admissions: a replay whose peak is at most M' admits exactly
+    # the same requests with max_num_seqs M' (a seat never stopped an admission above it; jaxsim.replay.runner)
+    peak_running: Int64[Array, ""]
     num_preempted: Int64[Array, ""]
     next_arrival: Int64[Array, ""]  # row of the next fresh request to admit (rows are in arrival order)
     sent_ms: Float64[Array, " M"]  # per row: when it is sent (+inf: not yet); S trailing +inf pads
@@ -745,7 +748,8 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     small = dict(
         now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), passes=s.passes + 1,
         status=_pass_status(consts, s, record, num_done), num_done=num_done, num_running=num_running,
-        num_preempted=record.reservation.stack_size, next_arrival=record.admission.next_arrival, running=running,
+        peak_running=jnp.maximum(s.peak_running, record.scheduled.size), num_preempted=record.reservation.stack_size,
+        next_arrival=record.admission.next_arrival, running=running,
         preempted=record.reservation.stack, failed_query=jnp.where(cost.unsupported, cost.query, s.failed_query),
     )
     small = {k: jnp.where(applied, v, getattr(s, k)) for k, v in small.items()}
@@ -908,8 +912,9 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
     state = EngineState(
         now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), steps=jnp.asarray(0, jnp.int64),
         status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
-        num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64),
-        next_arrival=jnp.asarray(0, jnp.int64), sent_ms=sent_ms, running=jnp.full((int(slots),), n, jnp.int64),
+        num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64),
+        peak_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64), next_arrival=jnp.asarray(0, jnp.int64),
+        sent_ms=sent_ms, running=jnp.full((int(slots),), n, jnp.int64),
         preempted=jnp.full((int(slots),), n, jnp.int64), requests=requests, failed_query=jnp.zeros((5,), jnp.int64),
         timeline=jnp.full((int(timeline_len), len(TIMELINE_FIELDS)), jnp.nan),
     )

@@ -223,10 +223,11 @@ def _run_stages(runs: list[StageRun], **kw) -> None:
         _distribute(plain, run_items(items, **kw), kw.get("timings"))
     cached = [r for r in runs if r.cached and (not _shares_no_block(r.stage) or any(_preempted(x) for x in r.results))]
     timings = kw.get("timings")
-    for r in cached:  # the plain run of a stage that runs again does not count
-        if r.results and timings is not None:
-            timings["passes"] -= sum(int(x.num_passes) for x in r.results)
-            timings["loop_steps"] -= sum(int(x.num_steps) for x in r.results)
+    if timings is not None:  # the plain run of a stage that runs again does not count
+        kept = {id(x) for r in plain if r not in cached for x in r.results}
+        dropped = [x for x in _distinct([x for r in cached for x in r.results]) if id(x) not in kept]
+        timings["passes"] = timings.get("passes", 0) - sum(int(x.num_passes) for x in dropped)
+        timings["loop_steps"] = timings.get("loop_steps", 0) - sum(int(x.num_steps) for x in dropped)
     if cached:
         out = run_cached_items([it for r in cached for it in r.stage.cached_items], timeline_len=kw["timeline_len"],
                                timings=kw.get("timings"))
@@ -246,11 +247,18 @@ def _preempted(result: ReplayResult) -> bool:
     return bool(np.any(np.asarray(result.preemptions) > 0))
 
 
+def _distinct(results: list) -> list:
+    """``results`` without repeats of one object."""
+    return list({id(r): r for r in results}.values())
+
+
 def _distribute(runs: list[StageRun], results: list[ReplayResult], timings: dict | None) -> None:
     """The stages' results, in their order (each its replicas'); passes and loop steps counted in ``timings``."""
-    if timings is not None:  # scheduler passes and loop steps (a decode stretch and a pass each)
-        timings["passes"] = timings.get("passes", 0) + sum(int(r.num_passes) for r in results)
-        timings["loop_steps"] = timings.get("loop_steps", 0) + sum(int(r.num_steps) for r in results)
+    if timings is not None:  # scheduler passes and loop steps (a decode stretch and a pass each) replayed: a result
+        # replays that differ only in max_num_seqs share (jaxsim.replay.runner.run_items) counts once
+        replayed = _distinct(results)
+        timings["passes"] = timings.get("passes", 0) + sum(int(r.num_passes) for r in replayed)
+        timings["loop_steps"] = timings.get("loop_steps", 0) + sum(int(r.num_steps) for r in replayed)
     lo = 0
     for r in runs:
         n = len(r.stage.parts)

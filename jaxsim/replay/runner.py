@@ -9,6 +9,7 @@ through growing running-list capacities (:data:`FIRST_SLOTS`, doubling), capacit
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from jaxsim.kernels.buckets import pow2_bucket
 from jaxsim.kernels.rounds import common_tables
 from jaxsim.replay import executables
 from jaxsim.replay.engine import (
+    DONE,
+    PASS_LIMIT,
     RUNNING,
     SLOTS_FULL,
     EngineParams,
@@ -170,24 +173,84 @@ def run_items(
     done. One executable per capacity, one to start, one to finish. ``progress(snapshot)`` (optional)
     gets a :class:`ReplayProgress` after every call of a bounded number of loop steps (by simulated
     time, so a long trace shows where it is); ``timings`` (optional) accumulates ``compile_s``,
-    ``run_s``, ``compilations`` and ``executables_loaded``."""
-    tables = {id(it.params.table): it.params.table for it in items}
+    ``run_s``, ``compilations``, ``executables_loaded`` and ``replays_shared``.
+
+    Replays that differ only in max_num_seqs (a sweep's axis) run once where the seats never mattered
+    (:func:`seat_classes`): the one with the most seats runs first, and every other whose max_num_seqs is at least
+    the most requests that replay ever ran (and whose pass limit it stayed within) gets its result, the same
+    object: no admission of it was stopped by a seat, so with any max_num_seqs down to that peak every pass is the
+    same. The others run after, together."""
+    tracker = None if progress is None else _Progress(items, progress)
+    out: list = [None] * len(items)
+    classes = seat_classes(items, lambda it: (it.stochastic, it.requests.size, seat_key(it.params, it.requests, it.key)))
+    peaks = _run_indices(items, [c[0] for c in classes], out, timeline_len, chunk, tracker, timings)
+    rest, shared = [], 0
+    for first, *others in classes:
+        for i in others:
+            if same_replay(out[first], peaks[first], items[i].params):
+                out[i] = out[first]
+                shared += 1
+                if tracker is not None:
+                    tracker.update(i, 0.0, int(np.sum(np.asarray(out[i].terminal) == DONE)), finished=True)
+            else:
+                rest.append(i)
+    _run_indices(items, rest, out, timeline_len, chunk, tracker, timings)
+    if timings is not None:
+        timings["replays_shared"] = timings.get("replays_shared", 0) + shared
+    return out
+
+
+def seat_classes(items: Sequence, key: Callable) -> list[list[int]]:
+    """Indices of ``items`` (each with ``params``) grouped by ``key(item)`` (:func:`seat_key` of everything the replay
+    reads but max_num_seqs and the pass limit), each class by max_num_seqs, most first (ties in order)."""
+    classes: dict = {}
+    for i, it in enumerate(items):
+        classes.setdefault(key(it), []).append(i)
+    return [sorted(c, key=lambda i: -int(items[i].params.max_num_seqs)) for c in classes.values()]
+
+
+def seat_key(params: EngineParams, *arrays) -> tuple:
+    """What a replay with ``params`` and ``arrays`` (its requests, key, ...) reads besides max_num_seqs and the pass
+    limit: the table object and a digest of every other setting and of the arrays."""
+    fields = [np.asarray(getattr(params, f.name)).tobytes() for f in dataclasses.fields(params)
+              if f.name not in ("table", "max_num_seqs", "max_passes")]
+    data = fields + [np.asarray(a).tobytes() for a in jax.tree.leaves(arrays)]
+    return id(params.table), hashlib.blake2b(b"\0".join(data), digest_size=16).digest()
+
+
+def same_replay(result: ReplayResult, peak_running: int, params: EngineParams) -> bool:
+    """Whether a replay with ``params`` (of ``result``'s class, :func:`seat_classes`) is ``result``'s pass for pass:
+    its max_num_seqs is at least the most requests ``result``'s replay ran at once, and that replay ended before its
+    pass limit, within this one's."""
+    return (int(result.status) != PASS_LIMIT and int(params.max_num_seqs) >= peak_running
+            and int(result.num_passes) <= int(params.max_passes))
+
+
+def _run_indices(items: Sequence[ReplayItem], indices: list[int], out: list, timeline_len: int, chunk: int | None,
+                 tracker: _Progress | None, timings: dict | None) -> dict[int, int]:
+    """Run ``items[indices]`` (grouped by trace size and sampling mode) into ``out``; each one's peak of running
+    requests."""
+    peaks: dict[int, int] = {}
+    if not indices:
+        return peaks
+    chosen = [items[i] for i in indices]
+    tables = {id(it.params.table): it.params.table for it in chosen}
     padded = dict(zip(tables, common_tables(list(tables.values()))))
     by_shape: dict = {}
-    for i, it in enumerate(items):
+    for i in indices:
+        it = items[i]
         by_shape.setdefault((it.stochastic, it.requests.size), []).append(i)
-    groups = [_CapacityGroup(items, indices, padded, stochastic, timeline_len, chunk, timings)
-              for (stochastic, _), indices in by_shape.items()]
+    groups = [_CapacityGroup(items, group, padded, stochastic, timeline_len, chunk, timings)
+              for (stochastic, _), group in by_shape.items()]
     executables.compile_calls([c for g in groups for c in g.calls()], timings)
-    out: list = [None] * len(items)
-    tracker = None if progress is None else _Progress(items, progress)
     for g in groups:
         t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
         for i, res in g.run(tracker):
             out[i] = res
+        peaks.update({r.index: int(np.asarray(r.state.peak_running)) for r in g.replays})
         if timings is not None:  # a capacity compiled on the way (a small group's ladder) is compile time
             timings["run_s"] = timings.get("run_s", 0.0) + time.perf_counter() - t0 - (timings.get("compile_s", 0.0) - compile0)
-    return out
+    return peaks
 
 
 # ----------------------------------------------------------------------------------------------------
