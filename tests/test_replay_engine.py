@@ -204,7 +204,7 @@ def test_batched_equals_one_by_one():
         one = _run(p, trace, seed=s, stochastic=True)
         got = unstack(batched, i)
         for name, a in vars(one).items():
-            if name == "num_steps":  # a large batch runs pass by pass (runner.stretch_lookahead), one replay by stretches
+            if name == "num_steps":  # a batch's stretches stop where any of its replays must (runner.stretch_lookahead)
                 continue
             np.testing.assert_array_equal(getattr(got, name), a, err_msg=f"config {i} field {name}")
     assert not np.array_equal(batched.last_token_ms[0], batched.last_token_ms[1])

@@ -54,14 +54,6 @@ them at once) (a pass costs about 0.1 us per slot: the calibrated Qwen3-32B
 replay of azure_conv_1k at max_num_seqs 1,024 ran in 0.67 s at its 1,024 slots, 0.10 s through the ladder)."""
 
 
-STRETCH_MAX_ITEMS = ADAPTIVE_MIN_ITEMS
-"""Groups of fewer replays advance by decode stretches (jaxsim.replay.stretch); larger ones pass by pass.
-A vmapped stretch prices every candidate pass of every replay whenever one replay can stretch, so its
-cost grows with lookahead x slots x replays while the passes it saves are those of the replays that
-stretch: on the replay benchmark (256 configurations, 2 cores) stretches made the batch several times
-slower, and one replay alone several times faster (docs/benchmarks.md)."""
-
-
 CPU_LOOKAHEAD = 8
 """The decode-stretch lookahead on XLA:CPU. The calibrated single replay (19,473 passes) ran in the same CPU
 time at lookahead 4, 8 and 16 (0.83-0.87 s; 1.71 s pass by pass), while its advance loop compiled in
@@ -70,9 +62,15 @@ costs host time whatever its work, the longer :data:`~jaxsim.replay.stretch.DEFA
 
 
 def stretch_lookahead(n_items: int) -> int:
-    """The decode-stretch lookahead of a group of ``n_items`` replays (0: pass by pass)."""
-    if n_items >= STRETCH_MAX_ITEMS:
-        return 0
+    """The decode-stretch lookahead of a group of ``n_items`` replays (0: pass by pass): every group advances by
+    decode stretches (jaxsim.replay.stretch). A vmapped stretch prices every candidate pass of every replay whenever
+    one replay can stretch, so groups of 8 or more used to run pass by pass: on the replay benchmark's 256
+    configurations stretches made the batch several times slower (2026-12-05, before a stretch stopped copying the
+    state through its ``lax.cond``). Measured again (2026-12-07, 2 cores, scripts/bench_replay.py's 256 configurations,
+    groups of 16 to 224 replays, fresh process per setting, twice): replay 2.83-3.96 s pass by pass, 1.81-2.03 s by
+    stretches (202,894 loop steps instead of 896,255), identical results; the cold compilation of its 12 executables
+    14.4-15.9 s -> 22.3-24.3 s. ``n_items`` is kept for callers that size a group."""
+    del n_items
     return CPU_LOOKAHEAD if jax.default_backend() == "cpu" else DEFAULT_LOOKAHEAD
 
 
@@ -144,10 +142,21 @@ def capacities(slots: int, n_items: int) -> list[int]:
     return out
 
 
+CPU_CALL_ITEMS = 16
+"""On XLA:CPU a call advances at most this many replays (unless ``chunk`` says otherwise): a pass's cost there is
+its per-slot work, which does not get cheaper per replay in wider calls, while every distinct call width is one
+more executable to compile. Measured (2026-12-07, 2 cores, scripts/bench_replay.py's 256 configurations, decode
+stretches): calls of up to 224 replays needed 12 executables (cold compilation 26.4 s, loading them warm 1.9 s), calls
+of at most 16 needed 7 (18.1 s, 1.1 s), and the replay took 1.84-1.86 s against 1.83-2.15 s. On a GPU, where each
+loop iteration costs host time whatever its width, calls stay as wide as the group."""
+
+
 def _call_size(n: int, chunk: int | None) -> int:
     """Items per call for ``n`` pending items: powers of two up to 16, then multiples of 16 (padding
-    stays small), at most ``chunk``."""
+    stays small), at most ``chunk`` (default: :data:`CPU_CALL_ITEMS` on XLA:CPU)."""
     size = pow2_bucket(n) if n <= 16 else -(-n // 16) * 16
+    if not chunk and jax.default_backend() == "cpu":
+        chunk = CPU_CALL_ITEMS
     return size if not chunk else max(1, min(int(chunk), size))
 
 

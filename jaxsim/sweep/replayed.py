@@ -29,7 +29,6 @@ from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
 from jaxsim.replay.loads import LoadModel, benchmark_trace, draw_lengths, mix_lengths, with_load
 from jaxsim.replay.metrics import with_overhead
 from jaxsim.replay.orchestrate import run_replays
-from jaxsim.replay.runner import STRETCH_MAX_ITEMS
 from jaxsim.replay.traces import Trace, request_bucket
 from jaxsim.sla import LATENCY_KEYS, LATENCY_METRICS, SLA
 from jaxsim.stats import latency_stats
@@ -49,9 +48,10 @@ WORK_RATIO = 2.0
 """Points whose expected passes differ by more than this factor never share a :func:`run_replays` call
 (:func:`work_classes`): a call's replays advance in lockstep until the longest finishes, so a 1,024-token
 benchmark batched with an 8,192-token one would idle for 7/8 of the call (the silicon sample's grid)."""
-CLASS_ITEMS = STRETCH_MAX_ITEMS - 1
-"""At most this many points per :func:`run_replays` call, so every call advances by decode stretches
-(:data:`~jaxsim.replay.runner.STRETCH_MAX_ITEMS`). Measured on 2 shared CPU cores, one Llama-3.1-70B B200 TP1
+CLASS_ITEMS = 7
+"""At most this many points per :func:`run_replays` call (chosen when only groups of fewer than 8 replays advanced
+by decode stretches; every group does now: :func:`~jaxsim.replay.runner.stretch_lookahead`). Measured on 2 shared
+CPU cores, one Llama-3.1-70B B200 TP1
 cell of the silicon sample (5 concurrencies x 3 InferenceX workloads, 10 prompts per client, 492,475 passes):
 replay 37.4 s in one lockstep call, 6.5 s (up to 15.5 s under load) in classes of work ratio 2 (one class of 10
 runs pass by pass), 2.2-2.4 s in classes of at most 7 (74,683 loop steps instead of 492,484); same metrics."""
