@@ -205,7 +205,8 @@ def test_items_of_different_buckets_share_capacity_steps_and_equal_full_runs(mon
     advances = (executables.ADVANCE, executables.ADVANCE_SPLIT)
     monkeypatch.setattr(executables, "execute", lambda c: calls.append(
         (c.executable, c.args[3].running.shape if c.executable in advances else None)) or execute(c))
-    got = runner.run_items(items, timeline_len=TIMELINE, chunk=32)  # all 20 items in one call per step (CPU default: 16)
+    monkeypatch.setattr(runner, "CPU_CALL_ITEMS", 32)  # all 20 items in one call per step (CPU default: 16)
+    got = runner.run_items(items, timeline_len=TIMELINE, chunk=None)
     for i, p in enumerate(params):
         one = _full(p, trace, slot_bucket(int(p.max_num_seqs)), seed=i)
         for name, a in vars(one).items():
@@ -321,18 +322,20 @@ def test_a_replay_stopped_by_its_pass_limit_shares_nothing():
 
 
 def test_on_cpu_a_call_advances_at_most_16_replays_and_the_results_do_not_depend_on_it(monkeypatch):
-    """Without ``chunk``, XLA:CPU calls advance at most runner.CPU_CALL_ITEMS replays (fewer executables: one per
-    width); the results equal one call for all of them."""
+    """XLA:CPU calls advance at most runner.CPU_CALL_ITEMS replays (fewer executables: one per width), whatever
+    ``chunk`` allows; the results equal one call for all of them."""
     assert jax.default_backend() == "cpu"
     trace = _crowd(seed=6)
     params = [_params(m, b) for m in (24, 40, 64, 100, 128) for b in (512, 1024, 2048, 8192)]
     items = [ReplayItem(p, trace.requests(N), jax.random.PRNGKey(i), slot_bucket(int(p.max_num_seqs)), False) for i, p in enumerate(params)]
-    wide = runner.run_items(items, timeline_len=0, chunk=32)
+    with monkeypatch.context() as m:
+        m.setattr(runner, "CPU_CALL_ITEMS", 32)
+        wide = runner.run_items(items, timeline_len=0, chunk=None)
     widths = []
     execute = executables.execute
     advances = (executables.ADVANCE, executables.ADVANCE_SPLIT)
     monkeypatch.setattr(executables, "execute", lambda c: (c.executable in advances and widths.append(c.args[2].shape[0])) or execute(c))
-    narrow = runner.run_items(items, timeline_len=0, chunk=None)
+    narrow = runner.run_items(items, timeline_len=0, chunk=256)
     assert max(widths) == runner.CPU_CALL_ITEMS < len(items)
     for a, b in zip(wide, narrow):
         for name, x in vars(a).items():

@@ -143,7 +143,7 @@ def capacities(slots: int, n_items: int) -> list[int]:
 
 
 CPU_CALL_ITEMS = 16
-"""On XLA:CPU a call advances at most this many replays (unless ``chunk`` says otherwise): a pass's cost there is
+"""On XLA:CPU a call advances at most this many replays (and at most ``chunk``): a pass's cost there is
 its per-slot work, which does not get cheaper per replay in wider calls, while every distinct call width is one
 more executable to compile. Measured (2026-12-07, 2 cores, scripts/bench_replay.py's 256 configurations, decode
 stretches): calls of up to 224 replays needed 12 executables (cold compilation 26.4 s, loading them warm 1.9 s), calls
@@ -153,11 +153,12 @@ loop iteration costs host time whatever its width, calls stay as wide as the gro
 
 def _call_size(n: int, chunk: int | None) -> int:
     """Items per call for ``n`` pending items: powers of two up to 16, then multiples of 16 (padding
-    stays small), at most ``chunk`` (default: :data:`CPU_CALL_ITEMS` on XLA:CPU)."""
+    stays small), at most ``chunk`` and, on XLA:CPU, at most :data:`CPU_CALL_ITEMS`."""
     size = pow2_bucket(n) if n <= 16 else -(-n // 16) * 16
-    if not chunk and jax.default_backend() == "cpu":
-        chunk = CPU_CALL_ITEMS
-    return size if not chunk else max(1, min(int(chunk), size))
+    limits = [int(chunk)] if chunk else []
+    if jax.default_backend() == "cpu":
+        limits.append(CPU_CALL_ITEMS)
+    return max(1, min([size, *limits]))
 
 
 def _np_stack(trees):
