@@ -19,6 +19,7 @@ import pytest
 from jaxsim.acceptance import pad_rates
 from jaxsim.deploy.binding import bind
 from jaxsim.kernels.rounds import compile_round_table
+from jaxsim.kernels.status import PREFILL_BATCH_UNMEASURED
 from jaxsim.replay import executables, runner
 from jaxsim.replay.deployment import config_from_binding
 from jaxsim.replay.engine import COMPLETED, PASS_LIMIT, SLOTS_FULL, make_params, replay_jit, slot_bucket, widen_stack
@@ -319,6 +320,32 @@ def test_a_replay_stopped_by_its_pass_limit_shares_nothing():
         one = _full(limited(m), trace, slot_bucket(m), seed=7)
         np.testing.assert_array_equal(res.status, one.status)
         np.testing.assert_array_equal(res.first_token_ms, one.first_token_ms)
+
+
+def test_a_replay_stopped_outside_support_shares_its_result_down_to_the_stopping_pass_batch():
+    """A replay that stops at a pass whose lookup leaves support (here a prefill batch of more requests than the
+    profile measured) counts that pass's batch in its peak: a replay with at least that many seats makes the same
+    passes and stops at the same one (it shares the result), one with a seat fewer schedules another batch (it runs,
+    and with fewer seats than the measured prefill batches it goes on). Every result equals its run alone, NaNs of
+    the requests a stop left unfinished included."""
+    trace = _crowd(200, seed=0)
+    key, n = jax.random.PRNGKey(7), 256
+    run_alone = lambda p, m: jax.tree.map(np.asarray, replay_jit(p, trace.requests(n), key, slots=slot_bucket(m),  # noqa: E731
+                                                                  stochastic=False, timeline_len=TIMELINE))
+    top = run_alone(_params(128, 16384), 128)
+    peak = 36  # the stopping pass's prefill batch: the calibrated profile measures prefill batches 1-32
+    assert int(top.status) == PREFILL_BATCH_UNMEASURED and int(top.num_passes) == 2
+    ms = [128, 64, peak, peak - 1, 32]
+    items = [ReplayItem(_params(m, 16384), trace.requests(n), key, slot_bucket(m), False) for m in ms]
+    timings: dict = {}
+    got = runner.run_items(items, timeline_len=TIMELINE, chunk=None, timings=timings)
+    assert [got[k] is got[0] for k in range(len(ms))] == [True, True, True, False, False] and timings["replays_shared"] == 2
+    assert int(got[ms.index(32)].status) != PREFILL_BATCH_UNMEASURED
+    for m, res in zip(ms, got):
+        one = run_alone(_params(m, 16384), m)
+        for name, a in vars(one).items():
+            if name != "num_steps":
+                np.testing.assert_array_equal(getattr(res, name), a, err_msg=f"max_num_seqs {m}: {name}")
 
 
 def test_on_cpu_a_call_advances_at_most_16_replays_and_the_results_do_not_depend_on_it(monkeypatch):
