@@ -369,3 +369,29 @@ def test_a_replay_too_large_for_the_memory_is_refused_up_front_with_its_cost(tmp
     assert est.request_replays == 30 and est.passes == 3 * 2 * max(10 // 2, 80 // 2 // 4) and est.bytes > budget.BASE_BYTES
     monkeypatch.setenv("JAXSIM_REPLAY_NO_MEMORY_CHECK", "1")
     assert budget.check_environment_override()
+
+
+def test_cli_replays_a_closed_loop_over_a_disaggregated_deployment(golden_setup, tmp_path):
+    """--load closed:C on a disaggregated deployment: C clients over the whole pipeline (the first C sent at t = 0, each
+    next one when a request completes); a request that fits no pool is refused in one line, exit 2, nothing written."""
+    cfg, _ = golden_setup
+    text = cfg.read_text().replace("[roles.aggregated]\ntp = 1", "[roles.prefill]\ntp = 1\nreplicas = 2\n\n[roles.decode]\ntp = 1")
+    pd = cfg.with_name("pd.toml")
+    pd.write_text('mode = "disaggregated"\nkv_transfer_gbps = 50.0\n' + text)
+    out = tmp_path / "pd.parquet"
+    r = runner.invoke(app, ["replay", str(pd), "--load", "closed:3", "--isl", "200", "--osl", "12", "--output", str(out), "--json",
+                            "--no-progress"])
+    assert r.exit_code == 0, r.output
+    t = pq.read_table(out).to_pydict()
+    sent, last = np.asarray(t["sent_ms"]), np.asarray(t["last_token_ms"])
+    assert len(sent) == 30 and set(t["terminal"]) == {"completed"}
+    np.testing.assert_array_equal(sent[:3], 0.0)
+    np.testing.assert_array_equal(sent[3:], np.sort(last)[:27])  # each completion frees the next client
+    big = tmp_path / "big.csv"
+    from jaxsim.replay.traces import make_trace
+
+    write_trace_csv(make_trace("big", [0.0, 0.0], [100, 200_000], [5, 5]), big)
+    bad = tmp_path / "bad.parquet"
+    r = runner.invoke(app, ["replay", str(pd), "--trace", str(big), "--max-concurrency", "2", "--output", str(bad), "--no-progress"])
+    assert r.exit_code == 2 and "request row 2" in r.stderr and "never fits the prefill pool" in r.stderr, r.output
+    assert len(r.stderr.strip().splitlines()) == 1 and not bad.exists()

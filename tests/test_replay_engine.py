@@ -131,9 +131,9 @@ def test_closed_loop_wider_than_the_trace_is_the_open_loop():
                 np.testing.assert_array_equal(getattr(closed, name), a, err_msg=f"C={c}: {name}")
 
 
-def test_closed_loop_is_per_replica_and_aggregated_only():
-    """Each replica holds its own semaphore of C over the requests routed to it; disaggregated
-    deployments refuse a closed loop."""
+def test_closed_loop_is_per_replica():
+    """Each replica of an aggregated pool holds its own semaphore of C over the requests routed to it (a disaggregated
+    deployment's C spans the whole pipeline: tests/test_replay_pd_closed_loop.py)."""
     trace = _closed_loop_trace()
     rates = pad_rates(np.array([1.0, 1.0, 0.0]))
     pool = _pool("sd_k3", replicas=2, max_num_batched_tokens=256)
@@ -145,8 +145,6 @@ def test_closed_loop_is_per_replica_and_aggregated_only():
         np.testing.assert_array_equal(two.requests["sent_ms"][idx], alone.sent_ms[: idx.size])
         np.testing.assert_array_equal(two.requests["first_token_ms"][idx], alone.first_token_ms[: idx.size])
         np.testing.assert_array_equal(two.requests["ttft_ms"][idx], alone.first_token_ms[: idx.size] - alone.sent_ms[: idx.size])
-    with pytest.raises(ValueError, match="aggregated deployments only"):
-        ReplayConfig("pd", 3, rates, prefill=pool, decode=pool, kv_bytes_per_token=1, kv_transfer_bytes_per_s=1.0, max_concurrency=2)
 
 
 def test_preemption_is_exercised_by_the_goldens():

@@ -246,7 +246,8 @@ def register(app: typer.Typer) -> None:
             "--max-concurrency",
             help=(
                 "Closed loop, as vllm bench serve --max-concurrency C: at most C requests in flight per replica, each sent when it has "
-                "arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Aggregated deployments only."
+                "arrived and a slot is free (FIFO); TTFT and E2E from the send. 0: open loop. Disaggregated: C in flight over the "
+                "whole prefill-decode pipeline."
             ),
         ),
         router: str | None = typer.Option(
@@ -323,10 +324,13 @@ def register(app: typer.Typer) -> None:
                 fail("--max-concurrency caps a trace's replay; with --load the load sets the concurrency (closed:C)")
             configs = _replaced(lambda c: with_load(c, bench), configs)
         if max_concurrency:
-            disaggregated = [c.name for c in configs if c.mode != "aggregated"]
-            if disaggregated:
-                fail(f"--max-concurrency: closed-loop replay is supported for aggregated deployments only ({disaggregated[0]} is disaggregated)")
             configs = _replaced(lambda c: dataclasses.replace(c, max_concurrency=int(max_concurrency)), configs)
+        from jaxsim.replay.orchestrate import closed_loop_refusal
+
+        for c in configs:
+            why = closed_loop_refusal(c, tr)
+            if why:
+                fail(f"{trace or 'the load'}: {why}")
         if tr.sessions is not None and bool((tr.sessions.previous >= 0).any()):
             from jaxsim.replay.orchestrate import session_refusal
 

@@ -56,7 +56,10 @@ class ReplayConfig:
     ``max_concurrency`` C > 0 replays a closed loop (``vllm bench serve --max-concurrency C``): per
     replica, a semaphore of C over the requests routed to that replica (round-robin in arrival order),
     each request sent when it has arrived and a slot is free, FIFO; TTFT and E2E are measured from the
-    send. Aggregated deployments only. 0: open loop (every request sent at its arrival).
+    send. 0: open loop (every request sent at its arrival). Disaggregated: C clients over the whole
+    pipeline (a request holds its client from its send to its last decode token, the next request in arrival
+    order is sent when one completes; :mod:`jaxsim.replay.pd_closed_loop`), the prefill pool round-robin in
+    send order.
 
     ``router`` routes the aggregated pool's or the prefill pool's requests over its replicas (a disaggregated
     deployment's decode pool takes its requests round-robin); any policy but round-robin needs an open loop.
@@ -71,7 +74,7 @@ class ReplayConfig:
     kv_bytes_per_token: int | None = None
     kv_transfer_bytes_per_s: float | None = None
     data_source: str = "measured"  # what the profile's numbers are (measured, derived, modelled, calibrated)
-    max_concurrency: int = 0  # closed loop: requests in flight per replica (0: open loop)
+    max_concurrency: int = 0  # closed loop: requests in flight per replica (disaggregated: in the whole pipeline; 0: open loop)
     overhead: ServingOverhead = ServingOverhead()  # serving overhead added per request on the host (zero unless set)
     router: Router = Router()  # how the first pool's requests go to its replicas
 
@@ -84,8 +87,6 @@ class ReplayConfig:
             raise ValueError(f"{self.name}: disaggregated replay needs kv_bytes_per_token and a positive KV link bandwidth")
         if isinstance(self.max_concurrency, bool) or int(self.max_concurrency) != self.max_concurrency or self.max_concurrency < 0:
             raise ValueError(f"{self.name}: max_concurrency={self.max_concurrency!r} must be an integer >= 0 (0: open loop)")
-        if pd and self.max_concurrency:
-            raise ValueError(f"{self.name}: closed-loop replay (max_concurrency) is supported for aggregated deployments only")
         if self.router.routed and self.max_concurrency:
             raise ValueError(f"{self.name}: router {self.router.policy!r} with a closed loop: the closed loop runs per replica over "
                              "round-robin shares; replay an open-loop trace or load to route by state")

@@ -1048,16 +1048,22 @@ def advance_until_stack(
     return jax.lax.while_loop(lambda s: jnp.any(going(p, consts, s, stop_ms, limit)), body, s)
 
 
-def fresh_row(prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""]) -> RequestState:
+def fresh_row(prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""],
+              materialized: Bool[Array, ""] | bool = False) -> RequestState:
     """A one-row RequestState: an accepted request of an open loop as the engine's start lays it out (its output
-    capped by the context limit), before any pass."""
+    capped by the context limit), before any pass; ``materialized``: it arrives with its prompt's KV and the prefill
+    worker's token (a decode pool's request, laid out as :func:`_start` lays one out)."""
     one = lambda x, dtype: jnp.full((1,), x, dtype)  # noqa: E731
-    zero, nan, no = one(0, jnp.int64), one(jnp.nan, jnp.float64), one(False, bool)
+    zero, nan = one(0, jnp.int64), one(jnp.nan, jnp.float64)
+    no = one(False, bool)
+    output = jnp.minimum(output_tokens, jnp.maximum(max_model_len - prompt_tokens, 0))
+    carried = materialized & (output > 1)
     return RequestState.pack(
-        prompt_tokens=one(prompt_tokens, jnp.int64),
-        output_tokens=one(jnp.minimum(output_tokens, jnp.maximum(max_model_len - prompt_tokens, 0)), jnp.int64),
-        generated=zero, computed=zero, allocated_blocks=zero, decode_rounds=zero, preemptions=zero, admissions=zero,
-        materialized=no, done=no, recomputing=no, first_token_ms=nan, second_token_ms=nan, last_token_ms=nan,
+        prompt_tokens=one(prompt_tokens, jnp.int64), output_tokens=one(output, jnp.int64),
+        generated=one(jnp.where(carried, 1, 0), jnp.int64),
+        computed=one(jnp.where(carried, prompt_tokens, jnp.where(materialized, prompt_tokens - 1, 0)), jnp.int64),
+        allocated_blocks=zero, decode_rounds=zero, preemptions=zero, admissions=zero,
+        materialized=one(materialized, bool), done=no, recomputing=no, first_token_ms=nan, second_token_ms=nan, last_token_ms=nan,
         token_gap_sq_ms2=one(0.0, jnp.float64),
     )
 
@@ -1065,14 +1071,16 @@ def fresh_row(prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], 
 def insert_request_stack(
     s: EngineState, consts: ReplayConstants, rq: Requests, replica: Int64[Array, ""], row: Int64[Array, ""], sent_ms: Float64[Array, ""],
     prompt_tokens: Int64[Array, ""], output_tokens: Int64[Array, ""], max_model_len: Int64[Array, ""],
+    materialized: Bool[Array, ""] | bool = False,
 ) -> tuple[EngineState, ReplayConstants, Requests]:
     """A stack of replays (:func:`start_stack` of empty traces) with request (``prompt_tokens``, ``output_tokens``)
     sent at ``sent_ms`` as replica ``replica``'s engine row ``row``: the next row after its accepted ones, laid out as
-    the engine's start lays out an accepted request of an open loop (its output capped by the context limit). Rows
+    the engine's start lays out an accepted request of an open loop (its output capped by the context limit; ``materialized``:
+    a decode pool's request, :func:`fresh_row`). Rows
     must be added in send order; a replica that had completed runs again. Engines driven from the host one event at
     a time use it (a router in the loop: :mod:`jaxsim.replay.online`; sessions: :mod:`jaxsim.replay.sessions`)."""
     w, r = replica, row
-    new = fresh_row(prompt_tokens, output_tokens, max_model_len)
+    new = fresh_row(prompt_tokens, output_tokens, max_model_len, materialized)
     status = s.status.at[w].set(jnp.where(s.status[w] == COMPLETED, RUNNING, s.status[w]).astype(s.status.dtype))
     s = eqx.tree_at(lambda x: (x.sent_ms, x.requests.counts, x.requests.times, x.status), s,
                     (s.sent_ms.at[w, r].set(sent_ms), s.requests.counts.at[w, r].set(new.counts[0]),
@@ -1082,9 +1090,9 @@ def insert_request_stack(
         (consts.arrival_sorted_ms.at[w, r].set(sent_ms), consts.num_accepted.at[w].set(r + 1), consts.accepted.at[w, r].set(True)),
     )
     rq = eqx.tree_at(
-        lambda q: (q.arrival_ms, q.input_tokens, q.output_tokens, q.valid), rq,
+        lambda q: (q.arrival_ms, q.input_tokens, q.output_tokens, q.valid, q.materialized), rq,
         (rq.arrival_ms.at[w, r].set(sent_ms), rq.input_tokens.at[w, r].set(prompt_tokens), rq.output_tokens.at[w, r].set(output_tokens),
-         rq.valid.at[w, r].set(True)),
+         rq.valid.at[w, r].set(True), rq.materialized.at[w, r].set(materialized)),
     )
     return s, consts, rq
 

@@ -110,7 +110,7 @@ class EngineLoop:
         advance = X.Call(X.ADVANCE_UNTIL, (self.params, c_abs, self.prng, s_abs, *stop),
                          dict(stochastic=self.stochastic, shared_table=True, closed_loop=False))  # routers and sessions: open loops
         insert = X.Call(X.INSERT, (s_abs, c_abs, jax.eval_shape(lambda r: r, self.rq), scalar(jnp.int64), scalar(jnp.int64),
-                                   scalar(jnp.float64), scalar(jnp.int64), scalar(jnp.int64), scalar(jnp.int64)))
+                                   scalar(jnp.float64), scalar(jnp.int64), scalar(jnp.int64), scalar(jnp.int64), scalar(bool)))
         return dict(zip(("advance", "insert"), self._compile([advance, insert])))
 
     def advance(self, stop_ms: np.ndarray, stop_done: np.ndarray | None = None) -> Snapshot:
@@ -134,12 +134,14 @@ class EngineLoop:
         self.exe.update(self._capacity(slots))
         self.s, self.consts = jax.device_put(s), jax.device_put(consts)
 
-    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1) -> None:
+    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1,
+               materialized: bool = False) -> None:
         """Request (``prompt_tokens``, ``output_tokens``) sent at ``sent_ms`` becomes replica ``replica``'s engine row ``row``
-        (``request``, its position in the stage, matters only to :class:`CachedEngineLoop`: its prompt keys)."""
+        (``request``, its position in the stage, matters only to :class:`CachedEngineLoop`: its prompt keys; ``materialized``:
+        it arrives with its prompt's KV, a decode pool's request)."""
         self.s, self.consts, self.rq = self.exe["insert"](
             self.s, self.consts, self.rq, np.int64(replica), np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),
-            np.int64(output_tokens), np.int64(self.max_model_len))
+            np.int64(output_tokens), np.int64(self.max_model_len), np.bool_(materialized))
 
     def finish(self) -> ReplayResult:
         """Per-replica results over their engine rows (host arrays, replica on axis 0)."""
@@ -221,8 +223,12 @@ class CachedEngineLoop:
             self.report(float(np.max(view.now_ms)), int(np.sum(view.num_done)))
         return view
 
-    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1) -> None:
-        """As :meth:`EngineLoop.insert`; ``request`` (the stage position) gives the row its prompt keys."""
+    def insert(self, replica: int, row: int, sent_ms: float, prompt_tokens: int, output_tokens: int, request: int = -1,
+               materialized: bool = False) -> None:
+        """As :meth:`EngineLoop.insert`; ``request`` (the stage position) gives the row its prompt keys. A prompt computed
+        here (the cache serves prompts): never ``materialized``."""
+        if materialized:
+            raise ValueError("a cached engine loop computes its prompts: no materialized request")
         w = int(replica)
         self.s[w], self.consts[w], self.rq[w], self.pk[w] = self._executables(self.slots[w])["insert"](
             self.s[w], self.consts[w], self.rq[w], self.pk[w], np.int64(row), np.float64(sent_ms), np.int64(prompt_tokens),

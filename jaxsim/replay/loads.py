@@ -309,12 +309,13 @@ def benchmark_trace(load: LoadModel, lengths: Lengths | Trace | tuple, *, seed: 
 def with_load(config: ReplayConfig, load: LoadModel) -> ReplayConfig:
     """``config`` with the load's clients spread over its replicas: ``max_concurrency`` per replica =
     C / replicas (requests are routed round-robin, so each replica sees a closed loop of C / replicas
-    clients). C must be a multiple of the replicas; an uncapped open loop leaves the config as it is."""
+    clients). C must be a multiple of the replicas; an uncapped open loop leaves the config as it is. A
+    disaggregated deployment keeps all C clients: one closed loop over the whole pipeline (a request holds its
+    client from its send to its last token, :mod:`jaxsim.replay.pd_closed_loop`)."""
     if not load.max_concurrency:
         return config
     if config.mode != "aggregated":
-        raise LoadError(f"{config.name}: a concurrency-capped load (closed loop) replays aggregated deployments only; "
-                        "this one is disaggregated")
+        return dataclasses.replace(config, max_concurrency=load.max_concurrency)
     reps = config.pools[0].replicas
     if load.max_concurrency % reps:
         raise LoadError(f"{config.name}: {load.max_concurrency} clients do not split evenly over {reps} replicas; "

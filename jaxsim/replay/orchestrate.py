@@ -19,13 +19,24 @@ import numpy as np
 
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
-from jaxsim.kernels.capacity import kv_transfer_ms
+from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import metrics
 from jaxsim.replay.cache_runner import CachedItem, run_cached_items
 from jaxsim.replay.deployment import ReplayConfig, ReplayOutcome, WorkerPool
-from jaxsim.replay.engine import COMPLETED, DONE, TERMINAL_NAMES, ReplayResult, Requests, is_stochastic, slot_bucket, status_name
+from jaxsim.replay.engine import (
+    COMPLETED,
+    DONE,
+    TERMINAL_NAMES,
+    UNFINISHED,
+    ReplayResult,
+    Requests,
+    is_stochastic,
+    slot_bucket,
+    status_name,
+)
 from jaxsim.replay.online import run_routed
+from jaxsim.replay.pd_closed_loop import closed_loop_send_ms, released_send_ms
 from jaxsim.replay.routing import RoutingSummary, round_robin
 from jaxsim.replay.runner import ReplayItem, ReplayProgress, run_items
 from jaxsim.replay.sessions import run_sessions
@@ -161,6 +172,9 @@ class _Job:
     first: StageRun
     decode: DecodeStage | None = None
     routing: RoutingSummary | None = None  # how the first stage's requests were routed (a routed pool of several replicas)
+    sent_ms: np.ndarray | None = None  # a disaggregated closed loop: each request's send time (trace order; NaN: never sent)
+    stage_trace: Trace | None = None  # a disaggregated closed loop: its requests that were sent, arriving when sent
+    stage_rows: np.ndarray | None = None  # ... and their positions in the trace
 
 
 def _max_passes(trace: Trace) -> int:
@@ -186,8 +200,9 @@ def _first_stage(c: ReplayConfig, seed: int, trace: Trace, max_passes: int, pad_
     """The aggregated pool, or the prefill pool (each request computes its prompt and first token); with its
     prompts' block keys when the prefix cache is modelled."""
     pool, out = (c.aggregated, trace.output_tokens) if c.mode == "aggregated" else (c.prefill, np.ones_like(trace.output_tokens))
+    closed = int(c.max_concurrency) if c.mode == "aggregated" else 0  # a disaggregated closed loop: send times solved first
     stage = Stage(pool, c.nextn, c.accept_rates, trace.arrival_ms, trace.input_tokens, out, seed, stream=0,
-                  materialized=False, max_passes=max_passes, max_concurrency=int(c.max_concurrency), pad_to=pad_to)
+                  materialized=False, max_passes=max_passes, max_concurrency=closed, pad_to=pad_to)
     if prefix_caching_mode(c, trace) != "modelled":
         return stage
     keys, num_keys = _block_keys(pool, trace)
@@ -342,6 +357,74 @@ def session_refusal(c: ReplayConfig) -> str | None:
     return None
 
 
+def closed_loop_refusal(c: ReplayConfig, trace: Trace) -> str | None:
+    """Why a closed loop (``max_concurrency``) over disaggregated configuration ``c`` cannot replay ``trace`` (None: it
+    can, or ``c`` is no such loop): every request must fit both pools (a request the server refuses would free its
+    client at once, which the loop does not model) and requests are independent (a closed loop routes round-robin:
+    :class:`~jaxsim.replay.deployment.ReplayConfig` refuses another router)."""
+    if c.mode != "disaggregated" or not c.max_concurrency:
+        return None
+    if trace.sessions is not None and bool(np.any(trace.sessions.previous >= 0)):
+        return f"{c.name}: multi-turn sessions are replayed on aggregated deployments only ({c.name} is disaggregated)"
+    for role, pool in (("prefill", c.prefill), ("decode", c.decode)):
+        fits = (trace.input_tokens < pool.max_model_len) & (blocks_for(trace.input_tokens, pool.block_size) + pool.state_blocks
+                                                              <= pool.num_gpu_blocks)
+        if not np.all(fits):
+            q = int(np.flatnonzero(~fits)[0])
+            return (f"{c.name}: request row {int(trace.row[q]) + 1} ({int(trace.input_tokens[q])} prompt tokens) never fits the {role} pool; "
+                    "a closed loop over a disaggregated deployment needs every request to fit both pools")
+    return None
+
+
+def _transfer_ms(c: ReplayConfig, trace: Trace) -> np.ndarray:
+    return kv_transfer_ms(trace.input_tokens, float(c.kv_bytes_per_token), float(c.kv_transfer_bytes_per_s))
+
+
+def _solve_closed_loop(j: _Job, max_passes: int, pad_to: int, timings: dict | None) -> None:
+    """A closed loop over a disaggregated deployment: its send times (:mod:`jaxsim.replay.pd_closed_loop`), and its
+    stages replayed as an open loop of requests arriving when sent."""
+    why = closed_loop_refusal(j.config, j.trace)
+    if why:
+        raise ValueError(why)
+    c, tr = j.config, j.trace
+    t0, compile0 = time.perf_counter(), (timings or {}).get("compile_s", 0.0)
+    pre = _first_stage(c, j.seed, tr, max_passes)
+    dec = Stage(c.decode, c.nextn, c.accept_rates, tr.arrival_ms, tr.input_tokens, tr.output_tokens, j.seed, stream=1,
+                materialized=True, max_passes=max_passes)
+    j.sent_ms = closed_loop_send_ms(pre, dec, int(c.max_concurrency), _transfer_ms(c, tr), timings)
+    _add_time(timings, t0, compile0)
+    # the requests never sent (the completions that would free their clients never came) reach no pool
+    j.stage_rows = np.flatnonzero(~np.isnan(j.sent_ms))
+    j.stage_trace = dataclasses.replace(tr._take(j.stage_rows), arrival_ms=j.sent_ms[j.stage_rows])
+    j.first = StageRun(_first_stage(c, j.seed, j.stage_trace, max_passes, pad_to))
+
+
+def _closed_loop_columns(j: _Job) -> dict[str, np.ndarray]:
+    """A disaggregated closed loop's columns over the whole trace: its stages' over the requests sent, a request never
+    sent unfinished with no times."""
+    cols = _disaggregated_columns(j.decode, j.stage_rows.size)
+    n = len(j.trace)
+    out = {}
+    for f, a in cols.items():
+        full = np.full(n, np.nan) if a.dtype == np.float64 else np.zeros(n, a.dtype)
+        full[j.stage_rows] = a
+        out[f] = full
+    out["terminal"][np.setdiff1d(np.arange(n), j.stage_rows)] = UNFINISHED
+    out["sent_ms"] = j.sent_ms.copy()
+    return out
+
+
+def _check_closed_loop(j: _Job) -> None:
+    """The replay of a disaggregated closed loop's stages releases exactly its send times (their one fixed point)."""
+    cols = _closed_loop_columns(j)
+    completion = np.where(cols["terminal"] == DONE, cols["last_token_ms"], np.nan)
+    again = released_send_ms(j.trace.arrival_ms, completion, int(j.config.max_concurrency))
+    if not np.array_equal(again, j.sent_ms, equal_nan=True):
+        q = int(np.flatnonzero(~((again == j.sent_ms) | (np.isnan(again) & np.isnan(j.sent_ms))))[0])
+        raise RuntimeError(f"{j.config.name}: the closed loop's send times are not reproduced (request {q}: "
+                           f"{j.sent_ms[q]!r} sent, {again[q]!r} released)")
+
+
 def _disaggregated_columns(d: DecodeStage, n: int) -> dict[str, np.ndarray]:
     """Decode-stage columns in trace order; preemptions and admissions add up over both stages, a request
     the prefill stage did not finish keeps its prefill terminal."""
@@ -373,7 +456,9 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     if job.decode is None:
         cols, results = job.first.columns(n), job.first.results
     else:
-        cols, results = _disaggregated_columns(job.decode, n), job.first.results + job.decode.run.results
+        # a closed loop: sent when a client was free (never: NaN)
+        cols = _disaggregated_columns(job.decode, n) if job.sent_ms is None else _closed_loop_columns(job)
+        results = job.first.results + job.decode.run.results
     status, failed = _worst(results)
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
     req = metrics.per_request(SimpleNamespace(**cols), trace.arrival_ms, trace.input_tokens, trace.output_tokens, n=n)
@@ -404,7 +489,9 @@ def _replicas(job: _Job) -> np.ndarray:
     """Each request's replica in its first pool (trace order; -1 for a request no pool served)."""
     out = np.full(len(job.trace), -1, np.int64)
     st_ = job.first.stage
-    if st_ is not None:
+    if st_ is not None and job.stage_rows is not None:  # a disaggregated closed loop: the requests sent
+        out[job.stage_rows] = st_.replica
+    elif st_ is not None:
         out[: st_.arrival_ms.size] = st_.replica  # the first stage's columns are the trace's, in order
     return out
 
@@ -444,6 +531,9 @@ def run_replays(
     passes = {id(t): _max_passes(t) for t in traces}
     jobs = [_Job(c, int(s), t, StageRun(_first_stage(c, int(s), t, passes[id(t)], pad_to))) for c, t in zip(configs, traces)
             for s in seeds]
+    for j in jobs:  # closed loops over disaggregated deployments: send times first, then open loops of them
+        if j.config.mode == "disaggregated" and j.config.max_concurrency:
+            _solve_closed_loop(j, passes[id(j.trace)], pad_to, timings)
     # stage 1: aggregated pools, or the prefill pools of disaggregated configs
     _run_stages([j.first for j in jobs if not _routed(j) and not _multi_turn(j)], **run)
     looped = [j for j in jobs if _multi_turn(j) or _routed(j)]
@@ -465,6 +555,9 @@ def run_replays(
     # stage 2: decode pools, fed by prefill completions plus the KV transfer
     for j in jobs:
         if j.config.mode == "disaggregated":
-            j.decode = _decode_stage(j.config, j.seed, j.trace, j.first, passes[id(j.trace)], pad_to)
+            j.decode = _decode_stage(j.config, j.seed, j.trace if j.stage_trace is None else j.stage_trace, j.first, passes[id(j.trace)], pad_to)
     _run_stages([j.decode.run for j in jobs if j.decode is not None], **run)
+    for j in jobs:
+        if j.sent_ms is not None:
+            _check_closed_loop(j)
     return [_outcome(j, run["timeline_len"] > 0, goodput) for j in jobs]
