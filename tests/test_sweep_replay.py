@@ -68,31 +68,41 @@ def replay_sweep(tmp_path_factory):
 
 
 def test_replay_sweep_rows_are_their_points_replayed_one_by_one(replay_sweep):
-    """A batched, chunked, padded replay sweep gives every aggregated point exactly what replaying that
-    point alone gives (vmap/batch == loop); disaggregated points keep the steady state's numbers."""
+    """A batched, chunked, padded replay sweep gives every point exactly what replaying that point alone gives
+    (vmap/batch == loop): aggregated points a closed loop of C clients, disaggregated (x:y) points one closed loop
+    of y·C clients over the pipeline."""
     spec, res, rows = replay_sweep
     plan = res.plan
-    by_method = {m: [r for r in rows if r["method"] == m] for m in ("replay", "steady")}
-    assert len(by_method["replay"]) == len(by_method["steady"]) == 6  # 3 concurrencies x 2 workloads per mode
-    assert all(r["mode"] == "aggregated" for r in by_method["replay"])
-    assert res.summary["methods"] == {"replay": 6, "steady": 6}
-    assert any(r["status"] == st.COMPLETED for r in by_method["replay"])
-    for r in by_method["replay"]:
+    assert {r["method"] for r in rows} == {"replay"} and len(rows) == 12  # 3 concurrencies x 2 workloads x 2 modes
+    assert res.summary["methods"] == {"replay": 12}
+    assert any(r["status"] == st.COMPLETED for r in rows if r["mode"] == "aggregated")
+    assert any(r["status"] == st.COMPLETED for r in rows if r["mode"] == "disaggregated")
+    for r in rows:
         cid, conc = r["config_id"], r["concurrency_target"]
-        load = spec.benchmark.load_model(conc)
-        assert load.num_prompts == 3 * conc and load.max_concurrency == conc
+        load = spec.benchmark.load_model(conc, units=1 if r["mode"] == "aggregated" else r["decode_workers"])
+        assert load.num_prompts == 3 * load.max_concurrency
         [alone] = run_replays([point_config(plan, cid, load)], [point_trace(plan, cid, load)], [spec.benchmark.seed])
         m = replay_metrics(alone, r["gpus"], conc, r["max_num_seqs"])
         assert m["status"] == r["status"]
         for k in ("request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user", *LATENCY_KEYS):
             a, b = m[k], r[k]
             assert (math.isnan(a) and math.isnan(b)) or a == b, (cid, k, a, b)
-    steady = run_sweep(spec_from_dict(spec_dict(evaluate="steady"), source="bench.toml"),
-                       Path(res.output).with_name("s.parquet"), top=3)
+
+
+def test_an_open_loop_benchmark_keeps_the_steady_state_for_disaggregated_points(tmp_path):
+    """An open loop capped at C over a disaggregated pipeline is not modelled: those rows are the steady state's,
+    and their method says so."""
+    bench = {"load": "poisson", "request_rate": 4.0, "num_prompts": 12}
+    spec = spec_from_dict(spec_dict(benchmark=bench, scheduler={"concurrency": [3]}), source="bench.toml")
+    res = run_sweep(spec, tmp_path / "o.parquet", top=3)
+    rows = pq.read_table(res.output).to_pylist()
+    assert {(r["mode"], r["method"]) for r in rows} == {("aggregated", "replay"), ("disaggregated", "steady")}
+    steady = run_sweep(spec_from_dict(spec_dict(evaluate="steady", benchmark=bench, scheduler={"concurrency": [3]}), source="bench.toml"),
+                       tmp_path / "s.parquet", top=3)
     srows = {r["config_id"]: r for r in pq.read_table(steady.output).to_pylist()}
-    for r in by_method["steady"]:
-        assert r["mean_ttft_ms"] == srows[r["config_id"]]["mean_ttft_ms"] or math.isnan(r["mean_ttft_ms"])
-    assert {r["method"] for r in srows.values()} == {"steady"}
+    for r in rows:
+        if r["mode"] == "disaggregated":
+            assert r["mean_ttft_ms"] == srows[r["config_id"]]["mean_ttft_ms"] or math.isnan(r["mean_ttft_ms"])
 
 
 def test_work_classes_cut_sorted_points_by_work_ratio_and_size():

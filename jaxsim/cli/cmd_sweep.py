@@ -21,7 +21,8 @@ under the SLA and the Pareto frontier of output tokens/s per GPU against tokens/
 
 With --evaluate replay (or evaluate = "replay" in the spec) every point is instead replayed under its benchmark load
 (\\[benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench
-serve), thousands of replays per compiled call; the method column says which evaluation produced each row
+serve; a disaggregated x:y point: one closed loop of y x C clients over its pipeline), thousands of replays per compiled
+call; the method column says which evaluation produced each row
 (docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay
 differs.
 
@@ -257,7 +258,7 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
     methods = s.get("methods", {})
     if methods.get("replay"):
         con.print(f"evaluated by replay: {methods.get('replay', 0):,} rows, each its own benchmark ({res.plan.spec.benchmark.describe()}); "
-                  + (f"{methods['steady']:,} disaggregated rows by the steady state (closed-loop replay is aggregated-only); "
+                  + (f"{methods['steady']:,} disaggregated rows by the steady state (an open loop over a disaggregated pipeline is not replayed); "
                      if methods.get("steady") else "") + "column method")
     con.print(
         "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "

@@ -10,8 +10,10 @@ one shape for the whole plan, so every chunk reuses the compilations). The repla
 (:func:`~jaxsim.replay.metrics.aggregate`: vLLM's definitions and NumPy's linear percentiles) fill the
 sweep's columns, and the SLA is judged on them.
 
-Closed-loop replay serves aggregated deployments; the disaggregated points of a replay-evaluated sweep
-keep the steady state's numbers, and their ``method`` column says so. ``--verify-top`` replays rows at
+A disaggregated point (x prefill : y decode workers at C per decode worker, the steady state's y·C clients per
+unit) is replayed as one closed loop of y·C clients and y·N prompts over its whole pipeline
+(:mod:`~jaxsim.replay.pd_closed_loop`); under an open-loop ``[benchmark]`` the disaggregated points keep the steady
+state's numbers, and their ``method`` column says so. ``--verify-top`` replays rows at
 their own load with the same builders (:func:`point_config`, :func:`point_trace`).
 """
 
@@ -128,8 +130,8 @@ def sweep_configs(plan: SweepPlan) -> list[ReplayConfig]:
 
 def point_config(plan: SweepPlan, config_id: int, load: LoadModel, *, units: int = 1, tables=None) -> ReplayConfig:
     """Sweep configuration ``config_id`` as a replay deployment of ``units`` serving units under ``load``
-    (:func:`binding_config`), the load's clients split evenly over its replicas
-    (:func:`~jaxsim.replay.loads.with_load`: a concurrency-capped load replays aggregated deployments only)."""
+    (:func:`binding_config`), the load's clients split evenly over its replicas (aggregated) or all over its
+    pipeline (disaggregated: :func:`~jaxsim.replay.loads.with_load`)."""
     b, c, _ = (int(x[0]) for x in plan.decode_index(np.asarray([config_id], np.int64)))
     config = binding_config(plan, b, _name(plan, config_id, b, int(plan.spec.concurrency[c]), units), units=units,
                             tables=tables)
@@ -217,7 +219,8 @@ def sla_ok(metrics: dict, status: int, sla: SLA) -> bool:
 
 @dataclasses.dataclass(eq=False)
 class PointReplays:
-    """The replay evaluation of a plan's aggregated points (tables padded once for the whole plan)."""
+    """The replay evaluation of a plan's points (tables padded once for the whole plan): the aggregated ones, and the
+    disaggregated ones under a closed-loop benchmark."""
 
     plan: SweepPlan
     chunk: int = REPLAY_CHUNK
@@ -237,10 +240,19 @@ class PointReplays:
         return request_bucket(max(bench.load_model(int(c)).num_prompts for c in self.plan.spec.concurrency))
 
     def replayable(self, config_ids: np.ndarray) -> np.ndarray:
-        """Which points a replay evaluates: aggregated ones (a closed loop, or an open loop capped at C,
-        replays aggregated deployments only)."""
+        """Which points a replay evaluates: aggregated ones (a closed loop, or an open loop capped at C), and
+        disaggregated ones under a closed loop (an open loop capped at C over a disaggregated pipeline is not
+        modelled: those keep the steady state's numbers)."""
         b, _, _ = self.plan.decode_index(np.asarray(config_ids, np.int64))
-        return self.plan.bindings.mode[b] == 0
+        mode = self.plan.bindings.mode[b]
+        return (mode == 0) | ((mode == 1) & bool(self.plan.spec.benchmark.closed))
+
+    def load(self, b: int, concurrency: int) -> LoadModel:
+        """The benchmark load of binding ``b``'s point at ``concurrency`` per worker: aggregated, C clients; disaggregated,
+        C per decode worker (the steady state's y·C clients per unit, y·N prompts)."""
+        row = self.plan.bindings.row(int(b))
+        units = int(row.decode_workers) if self.plan.labels["mode"][row.mode] == "disaggregated" else 1
+        return self.plan.spec.benchmark.load_model(int(concurrency), units=units)
 
     def run(self, config_ids: np.ndarray | Sequence[int]) -> list[dict]:
         """Replay each point (one :func:`run_replays` call); per point its metric columns with ``sla_ok``."""
@@ -250,14 +262,14 @@ class PointReplays:
             return []
         b, c, w = plan.decode_index(ids)
         conc = np.asarray(plan.spec.concurrency, np.int64)[c]
-        loads = {int(k): bench.load_model(int(k)) for k in np.unique(conc)}
-        traces: dict[tuple[int, int], Trace] = {}
+        traces: dict[tuple, Trace] = {}
         configs, point_traces = [], []
-        for cid, ci, wi in zip(ids, conc, w):
-            key = (int(ci), int(wi))
+        for cid, bi, ci, wi in zip(ids, b, conc, w):
+            load = self.load(int(bi), int(ci))
+            key = (load, int(wi))
             if key not in traces:
-                traces[key] = point_trace(plan, int(cid), loads[int(ci)])
-            configs.append(point_config(plan, int(cid), loads[int(ci)], tables=self.tables))
+                traces[key] = point_trace(plan, int(cid), load)
+            configs.append(point_config(plan, int(cid), load, tables=self.tables))
             point_traces.append(traces[key])
         # replays of a batch run in lockstep until its longest finishes: batch those of similar length together
         # (expected passes ~ prompts per client x output tokens)

@@ -62,6 +62,9 @@ def row_load(plan: SweepPlan, row: dict) -> tuple[LoadModel, str]:
         load = plan.spec.benchmark.load_model(conc, units=reps)
         return load, load.describe()
     workers = int(row["decode_workers"])
+    if plan.spec.benchmark.closed:  # C per decode worker: one closed loop over every replica's pipeline
+        load = plan.spec.benchmark.load_model(conc, units=workers * reps)
+        return load, f"closed loop of {load.max_concurrency} clients over {reps} replica(s) of the pipeline, {load.num_prompts} prompts"
     rate = float(row["request_rate_per_s"]) * reps
     n = plan.spec.benchmark.prompts_per_client * conc * workers * reps
     return open_loop(rate, n), f"open loop at the row's rate, {rate:,.2f} req/s across {reps} replica(s), {n} prompts"
