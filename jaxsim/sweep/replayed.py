@@ -93,7 +93,7 @@ def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_co
     """Binding ``b`` of a sweep plan as a replay deployment of ``units`` serving units: each pool its role's
     table (``tables``: the plan's tables padded alike, default the plan's own), scheduler envelope and KV
     pool, its replicas × ``units`` (an attention-DP worker: its dp ranks, each an engine of tp GPUs, requests routed
-    round-robin); ``max_concurrency`` clients per replica (aggregated only; 0: open loop)."""
+    round-robin); ``max_concurrency`` clients per replica (disaggregated: over the pipeline; 0: open loop)."""
     tables = plan.tables if tables is None else tables
     row, labels = plan.bindings.row(b), plan.labels
     mode = labels["mode"][row.mode]

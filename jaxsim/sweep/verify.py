@@ -1,6 +1,6 @@
 """Verify a sweep's best rows by replaying each at its own load (``jaxsim sweep ... --verify-top N``).
 
-A row says: this configuration, at concurrency C per worker (or, disaggregated, at its request rate),
+A row says: this configuration, at concurrency C per worker (disaggregated: per decode worker),
 gives these latencies and this throughput. Verification replays the best ``N`` SLA-feasible rows per
 workload in ONE batched replay (:func:`jaxsim.replay.orchestrate.run_replays`), each under the load its
 row assumes, across all its replicas:
@@ -8,8 +8,9 @@ row assumes, across all its replicas:
 * aggregated rows: the spec's benchmark (``[benchmark]``, default a closed loop) at the row's
   concurrency per worker × its replicas: C × replicas clients, 10 × C × replicas prompts, all sent at
   t = 0 (or the benchmark's open loop at its rate × replicas, at most C × replicas in flight);
-* disaggregated rows (closed-loop replay is aggregated-only): an open Poisson loop at the row's own
-  request rate × replicas (rate-based), as many prompts;
+* disaggregated rows (x:y): under a closed-loop benchmark, one closed loop of C × y × replicas clients over
+  the replicas' pipelines (:mod:`jaxsim.replay.pd_closed_loop`); under an open-loop benchmark, an open
+  Poisson loop at the row's own request rate × replicas, as many prompts;
 
 with the row's workload lengths (its classes by weight), or with ``--trace``'s lengths in order. The
 replayed statistics (vLLM's definitions, NumPy's linear percentiles: :mod:`jaxsim.stats`) are compared
