@@ -375,3 +375,24 @@ def test_benchmark_spec_defaults_to_the_inferencex_protocol():
     plan = plan_sweep(s)
     assert PointReplays(plan).pad_to == 128  # 10 prompts x 8 clients at most: one bucket for every point
     assert SLA().latency_limits() == {}
+
+
+def test_a_disaggregated_row_is_verified_under_a_closed_loop_over_its_pipelines(replay_sweep):
+    """Under a closed-loop [benchmark] a disaggregated (x:y) row's own load is one closed loop of C per decode worker x y x
+    replicas clients over its replicas' pipelines (no longer an open loop at the row's rate); under an open loop, the
+    row's rate."""
+    from jaxsim.sweep.verify import row_load
+
+    spec, res, rows = replay_sweep
+    pd = next(r for r in rows if r["mode"] == "disaggregated" and r["concurrency_target"] == 3)
+    row = dict(pd, replicas=2)
+    load, text = row_load(res.plan, row)
+    clients = 3 * pd["decode_workers"] * 2
+    assert load.kind == "closed" and load.max_concurrency == clients and load.num_prompts == 3 * clients
+    assert text == f"closed loop of {clients} clients over 2 replica(s) of the pipeline, {3 * clients} prompts"
+    cfg = point_config(res.plan, pd["config_id"], load, units=2)
+    assert cfg.mode == "disaggregated" and cfg.max_concurrency == clients and cfg.prefill.replicas == 2 * pd["prefill_workers"]
+    open_plan = plan_sweep(spec_from_dict(spec_dict(benchmark={"load": "poisson", "request_rate": 4.0, "num_prompts": 12}),
+                                          source="bench.toml"))
+    load, text = row_load(open_plan, dict(row, request_rate_per_s=1.5))
+    assert load.kind == "poisson" and text.startswith("open loop at the row's rate, 3.00 req/s across 2 replica(s)")
