@@ -89,20 +89,27 @@ def test_replay_sweep_rows_are_their_points_replayed_one_by_one(replay_sweep):
             assert (math.isnan(a) and math.isnan(b)) or a == b, (cid, k, a, b)
 
 
-def test_an_open_loop_benchmark_keeps_the_steady_state_for_disaggregated_points(tmp_path):
-    """An open loop capped at C over a disaggregated pipeline is not modelled: those rows are the steady state's,
-    and their method says so."""
+def test_an_open_loop_benchmark_replays_disaggregated_points_with_at_most_y_c_in_flight(tmp_path):
+    """Under an open-loop [benchmark] a disaggregated x:y point is the unit's open loop (its rate, its prompts) with at
+    most y·C requests in flight over the pipeline; each row equals its point replayed alone."""
     bench = {"load": "poisson", "request_rate": 4.0, "num_prompts": 12}
     spec = spec_from_dict(spec_dict(benchmark=bench, scheduler={"concurrency": [3]}), source="bench.toml")
     res = run_sweep(spec, tmp_path / "o.parquet", top=3)
     rows = pq.read_table(res.output).to_pylist()
-    assert {(r["mode"], r["method"]) for r in rows} == {("aggregated", "replay"), ("disaggregated", "steady")}
-    steady = run_sweep(spec_from_dict(spec_dict(evaluate="steady", benchmark=bench, scheduler={"concurrency": [3]}), source="bench.toml"),
-                       tmp_path / "s.parquet", top=3)
-    srows = {r["config_id"]: r for r in pq.read_table(steady.output).to_pylist()}
+    assert {(r["mode"], r["method"]) for r in rows} == {("aggregated", "replay"), ("disaggregated", "replay")}
     for r in rows:
-        if r["mode"] == "disaggregated":
-            assert r["mean_ttft_ms"] == srows[r["config_id"]]["mean_ttft_ms"] or math.isnan(r["mean_ttft_ms"])
+        if r["mode"] != "disaggregated":
+            continue
+        load = spec.benchmark.load_model(3)
+        load = type(load)(load.kind, load.num_prompts, max_concurrency=3 * r["decode_workers"], request_rate=load.request_rate,
+                          burstiness=load.burstiness, arrival_rule=load.arrival_rule)
+        [alone] = run_replays([point_config(res.plan, r["config_id"], load)], [point_trace(res.plan, r["config_id"], load)],
+                              [spec.benchmark.seed])
+        m = replay_metrics(alone, r["gpus"], 3, r["max_num_seqs"])
+        assert m["status"] == r["status"]
+        for k in ("request_rate_per_s", "output_tokens_per_s_per_gpu", *LATENCY_KEYS):
+            a, b = m[k], r[k]
+            assert (math.isnan(a) and math.isnan(b)) or a == b, (r["config_id"], k, a, b)
 
 
 def test_work_classes_cut_sorted_points_by_work_ratio_and_size():

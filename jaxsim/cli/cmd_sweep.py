@@ -258,7 +258,7 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
     methods = s.get("methods", {})
     if methods.get("replay"):
         con.print(f"evaluated by replay: {methods.get('replay', 0):,} rows, each its own benchmark ({res.plan.spec.benchmark.describe()}); "
-                  + (f"{methods['steady']:,} disaggregated rows by the steady state (an open loop over a disaggregated pipeline is not replayed); "
+                  + (f"{methods['steady']:,} rows by the steady state; "
                      if methods.get("steady") else "") + "column method")
     con.print(
         "columns: conc = concurrency per worker reached/target (reached < target when max_num_seqs or the KV pool caps it); "

@@ -11,9 +11,8 @@ one shape for the whole plan, so every chunk reuses the compilations). The repla
 sweep's columns, and the SLA is judged on them.
 
 A disaggregated point (x prefill : y decode workers at C per decode worker, the steady state's y·C clients per
-unit) is replayed as one closed loop of y·C clients and y·N prompts over its whole pipeline
-(:mod:`~jaxsim.replay.pd_closed_loop`); under an open-loop ``[benchmark]`` the disaggregated points keep the steady
-state's numbers, and their ``method`` column says so. ``--verify-top`` replays rows at
+unit) is replayed with y·C clients over its whole pipeline (:mod:`~jaxsim.replay.pd_closed_loop`): a closed loop of
+y·N prompts, or the unit's open loop with at most y·C in flight. ``--verify-top`` replays rows at
 their own load with the same builders (:func:`point_config`, :func:`point_trace`).
 """
 
@@ -219,8 +218,7 @@ def sla_ok(metrics: dict, status: int, sla: SLA) -> bool:
 
 @dataclasses.dataclass(eq=False)
 class PointReplays:
-    """The replay evaluation of a plan's points (tables padded once for the whole plan): the aggregated ones, and the
-    disaggregated ones under a closed-loop benchmark."""
+    """The replay evaluation of a plan's points (tables padded once for the whole plan)."""
 
     plan: SweepPlan
     chunk: int = REPLAY_CHUNK
@@ -240,19 +238,22 @@ class PointReplays:
         return request_bucket(max(bench.load_model(int(c)).num_prompts for c in self.plan.spec.concurrency))
 
     def replayable(self, config_ids: np.ndarray) -> np.ndarray:
-        """Which points a replay evaluates: aggregated ones (a closed loop, or an open loop capped at C), and
-        disaggregated ones under a closed loop (an open loop capped at C over a disaggregated pipeline is not
-        modelled: those keep the steady state's numbers)."""
-        b, _, _ = self.plan.decode_index(np.asarray(config_ids, np.int64))
-        mode = self.plan.bindings.mode[b]
-        return (mode == 0) | ((mode == 1) & bool(self.plan.spec.benchmark.closed))
+        """Which points a replay evaluates: every one (aggregated or disaggregated, under a closed loop or an open loop
+        capped at C)."""
+        return np.ones(np.asarray(config_ids).shape, bool)
 
     def load(self, b: int, concurrency: int) -> LoadModel:
-        """The benchmark load of binding ``b``'s point at ``concurrency`` per worker: aggregated, C clients; disaggregated,
-        C per decode worker (the steady state's y·C clients per unit, y·N prompts)."""
+        """The benchmark load of binding ``b``'s point at ``concurrency`` per worker: aggregated, C clients; disaggregated
+        (x:y), C per decode worker: a closed loop of y·C clients and y·N prompts (the steady state's y·C clients per
+        unit), an open loop at the unit's rate with at most y·C in flight."""
         row = self.plan.bindings.row(int(b))
-        units = int(row.decode_workers) if self.plan.labels["mode"][row.mode] == "disaggregated" else 1
-        return self.plan.spec.benchmark.load_model(int(concurrency), units=units)
+        bench = self.plan.spec.benchmark
+        if self.plan.labels["mode"][row.mode] != "disaggregated":
+            return bench.load_model(int(concurrency))
+        y = int(row.decode_workers)
+        if bench.closed:
+            return bench.load_model(int(concurrency), units=y)
+        return dataclasses.replace(bench.load_model(int(concurrency)), max_concurrency=int(concurrency) * y)
 
     def run(self, config_ids: np.ndarray | Sequence[int]) -> list[dict]:
         """Replay each point (one :func:`run_replays` call); per point its metric columns with ``sla_ok``."""
