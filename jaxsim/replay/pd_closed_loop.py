@@ -78,6 +78,11 @@ class _Pool:
         self.count += 1
         self.bound[w] = min(self.bound[w], float(sent_ms))  # its completion comes after it is sent
 
+    @property
+    def busy(self) -> bool:
+        """Whether a replica has work (running, or a request added since it last ran)."""
+        return bool(np.isfinite(self.bound).any())
+
     def advance(self, stop_ms: float) -> list[tuple[float, int]]:
         """Run every replica's passes that start before ``stop_ms``; the completions seen (time, request)."""
         stop = np.full(self.reps, float(stop_ms))
@@ -134,10 +139,12 @@ def closed_loop_send_ms(prefill_stage, decode_stage, clients: int, transfer_ms: 
             dec.add(q, float(t), int(prompt[q]), int(output[q]), materialized=True)
         if not np.isfinite(lp) and not np.isfinite(ld) and not arrivals and not done:
             break
-        for t, q in pre.advance(ld):
-            heapq.heappush(arrivals, (t + float(transfer[q]), q))
-        for t, q in dec.advance(lp + lead):
-            heapq.heappush(done, (t, q))
+        if pre.busy:  # a pool with nothing to run is not called (each call costs a device round trip)
+            for t, q in pre.advance(ld):
+                heapq.heappush(arrivals, (t + float(transfer[q]), q))
+        if dec.busy:
+            for t, q in dec.advance(lp + lead):
+                heapq.heappush(done, (t, q))
         now = (lp, ld, next_send, released, dec.count)
         stalled = stalled + 1 if now == last else 0
         last = now
