@@ -45,7 +45,8 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True, scope="module")
 def _free_executables_after_each_module():
-    """Compiled executables are freed when a test module ends (JAX's caches cleared). Each one holds about
+    """Compiled executables are freed when a test module ends (JAX's caches cleared, and jaxsim's registry of replay
+    executables, which JAX's clearing does not reach: without it the suite segfaulted in test_replay_slots). Each one holds about
     three memory mappings of JIT code while it lives; the suite compiles over ten thousand, and a process may
     hold only ``vm.max_map_count`` (65,530) mappings: past it, XLA's next compile segfaults (CI, exit 139, in
     the 86th percent of the suite)."""
@@ -53,4 +54,6 @@ def _free_executables_after_each_module():
     import jax  # noqa: PLC0415
 
     jax.clear_caches()
+    if "jaxsim.replay.executables" in sys.modules:  # jaxsim's own registry of executables (not JAX's caches)
+        sys.modules["jaxsim.replay.executables"].release_all()
     gc.collect()

@@ -331,3 +331,19 @@ def test_run_replays_same_results_with_shared_or_per_config_tables():
         assert a.status == b.status == COMPLETED
         for k in ("first_token_ms", "last_token_ms", "preemptions"):
             np.testing.assert_array_equal(a.requests[k], b.requests[k])
+
+
+def test_released_executables_are_compiled_again_on_the_next_call():
+    """executables.release_all forgets the process's replay executables (a long-lived process frees their JIT code
+    mappings); the next replay compiles what it needs again and gives the same results."""
+    from jaxsim.replay import executables
+
+    trace = make_trace("r", [0.0, 1.0, 2.0], [100, 120, 90], [9, 7, 12])
+    cfg = ReplayConfig("one", 3, pad_rates(np.array([1.0, 1.0, 0.0])), aggregated=_pool("sd_k3"))
+    first = run_replays([cfg], trace)[0]
+    assert executables.release_all() > 0 and not executables._LOADED
+    timings: dict = {}
+    again = run_replays([cfg], trace, timings=timings)[0]
+    assert timings["compilations"] > 0 and executables._LOADED
+    for name, a in first.requests.items():
+        np.testing.assert_array_equal(np.asarray(again.requests[name]), np.asarray(a), err_msg=name)

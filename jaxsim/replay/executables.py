@@ -122,6 +122,16 @@ class Call:
 _LOADED: dict[str, Callable] = {}  # executable key -> this process's compiled executable
 
 
+def release_all() -> int:
+    """Forget every executable this process holds (how many). Each holds about three memory mappings of JIT code
+    while it lives and a process may hold only ``vm.max_map_count`` (65,530 by default) mappings: past it, XLA's
+    next compilation segfaults. A long-lived process that compiles many shapes (the test suite, after each
+    module) releases them; the next call of a released shape compiles or loads it again."""
+    n = len(_LOADED)
+    _LOADED.clear()
+    return n
+
+
 def compile_calls(calls: Sequence[Call], timings: dict | None = None) -> None:
     """The executables ``calls`` need that this process has not got yet (once per shape bucket), through
     :func:`~jaxsim._jax.compile_all` (the executable cache, else parallel XLA compilation). Wall time
