@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxsim._jax import ensure_x64
 from jaxsim.kernels import status as st
-from jaxsim.kernels.capacity import blocks_for, kv_transfer_ms
+from jaxsim.kernels.capacity import kv_transfer_ms
 from jaxsim.replay import cache_engine as ce
 from jaxsim.replay import metrics
 from jaxsim.replay.cache_runner import CachedItem, run_cached_items
@@ -365,14 +365,14 @@ def closed_loop_refusal(c: ReplayConfig, trace: Trace) -> str | None:
     if c.mode != "disaggregated" or not c.max_concurrency:
         return None
     if trace.sessions is not None and bool(np.any(trace.sessions.previous >= 0)):
-        return f"{c.name}: multi-turn sessions are replayed on aggregated deployments only ({c.name} is disaggregated)"
-    for role, pool in (("prefill", c.prefill), ("decode", c.decode)):
-        fits = (trace.input_tokens < pool.max_model_len) & (blocks_for(trace.input_tokens, pool.block_size) + pool.state_blocks
-                                                              <= pool.num_gpu_blocks)
-        if not np.all(fits):
-            q = int(np.flatnonzero(~fits)[0])
-            return (f"{c.name}: request row {int(trace.row[q]) + 1} ({int(trace.input_tokens[q])} prompt tokens) never fits the {role} pool; "
-                    "a closed loop over a disaggregated deployment needs every request to fit both pools")
+        return session_refusal(c)
+    reasons = c.rejection_reasons(trace.input_tokens)
+    refused = np.flatnonzero(reasons != "")
+    if refused.size:
+        q = int(refused[0])
+        role = str(reasons[q]).split(" ", 1)[0]  # the first pool it does not fit ("prefill ..." or "decode ...")
+        return (f"{c.name}: request row {int(trace.row[q]) + 1} ({int(trace.input_tokens[q])} prompt tokens) never fits the {role} pool; "
+                "a closed loop over a disaggregated deployment needs every request to fit both pools")
     return None
 
 

@@ -117,10 +117,14 @@ def closed_loop_send_ms(prefill_stage, decode_stage, clients: int, transfer_ms: 
     arrivals: list = []  # decode arrivals known, not yet added: (time, request)
     done: list = []  # decode completions known, not yet used: (time, request)
     stalled, last = 0, None
-    while True:
-        while next_send < n and not np.isnan(sent[next_send]):  # sends go out in row order, round-robin
+    def send_known() -> None:  # sends go out in row order, round-robin
+        nonlocal next_send
+        while next_send < n and not np.isnan(sent[next_send]):
             pre.add(next_send, float(sent[next_send]), int(prompt[next_send]), 1, materialized=False)
             next_send += 1
+
+    while True:
+        send_known()
         first_arrival = arrivals[0][0] if arrivals else np.inf
         first_done = done[0][0] if done else np.inf
         # no prefill completion not yet seen comes before lp; no decode completion not yet seen before ld
@@ -131,9 +135,7 @@ def closed_loop_send_ms(prefill_stage, decode_stage, clients: int, transfer_ms: 
             if c + released < n:
                 sent[c + released] = max(float(arrival[c + released]), t)
             released += 1
-        while next_send < n and not np.isnan(sent[next_send]):
-            pre.add(next_send, float(sent[next_send]), int(prompt[next_send]), 1, materialized=False)
-            next_send += 1
+        send_known()
         while arrivals and arrivals[0][0] <= lp + lead:  # decode arrivals no unknown one precedes, in order
             t, q = heapq.heappop(arrivals)
             dec.add(q, float(t), int(prompt[q]), int(output[q]), materialized=True)
