@@ -175,6 +175,7 @@ class _Job:
     sent_ms: np.ndarray | None = None  # a disaggregated closed loop: each request's send time (trace order; NaN: never sent)
     stage_trace: Trace | None = None  # a disaggregated closed loop: its requests that were sent, arriving when sent
     stage_rows: np.ndarray | None = None  # ... and their positions in the trace
+    columns: dict[str, np.ndarray] | None = None  # a disaggregated closed loop: its columns, built once by its check
 
 
 def _max_passes(trace: Trace) -> int:
@@ -415,8 +416,9 @@ def _closed_loop_columns(j: _Job) -> dict[str, np.ndarray]:
 
 
 def _check_closed_loop(j: _Job) -> None:
-    """The replay of a disaggregated closed loop's stages releases exactly its send times (their one fixed point)."""
-    cols = _closed_loop_columns(j)
+    """The replay of a disaggregated closed loop's stages releases exactly its send times (their one fixed point); the
+    columns checked are kept for its outcome."""
+    cols = j.columns = _closed_loop_columns(j)
     completion = np.where(cols["terminal"] == DONE, cols["last_token_ms"], np.nan)
     again = released_send_ms(j.trace.arrival_ms, completion, int(j.config.max_concurrency))
     if not np.array_equal(again, j.sent_ms, equal_nan=True):
@@ -457,7 +459,7 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
         cols, results = job.first.columns(n), job.first.results
     else:
         # a closed loop: sent when a client was free (never: NaN)
-        cols = _disaggregated_columns(job.decode, n) if job.sent_ms is None else _closed_loop_columns(job)
+        cols = _disaggregated_columns(job.decode, n) if job.sent_ms is None else job.columns
         results = job.first.results + job.decode.run.results
     status, failed = _worst(results)
     timelines = [metrics.timeline_table(r) for r in results] if timeline else None
