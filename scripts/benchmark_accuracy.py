@@ -6,7 +6,8 @@ its cache (WORK/rows.jsonl for aiconfigurator's estimates, WORK/profiles; its ow
 jaxsim (``jaxsim import op-model`` of the row's cell, then ``jaxsim sweep`` at its concurrency and lengths: the steady
 state with its closed-loop benchmark's prompt waves, all C sent at once) and aiconfigurator's own estimate of the same
 row (``VLLMBackend.run_agg``, as its accuracy harness calls it), each row's sweep under the sample's own benchmark protocol (:data:`BENCHMARK`,
-InferenceX's: 10 prompts per client, lengths U{0.8 L .. L}). Then:
+InferenceX's: 10 prompts per client, lengths U{0.8 L .. L}; its servers' KV-cache dtype where its launch scripts fix one,
+:data:`SERVER_KV`). Then:
 
 * the serving overhead (:mod:`jaxsim.overhead`: TTFT + fixed + per prompt token × ISL, TPOT + per output token) is
   fitted ONLY on the h100_sxm and h200_sxm rows jaxsim evaluates (:func:`jaxsim.overhead.fit_overhead`);
@@ -53,6 +54,14 @@ BENCHMARK = {"prompts_per_client": 10, "range_ratio": 0.8, "length_rule": "infer
 """The sample's benchmark protocol, InferenceX's (its README's client configuration: ``benchmark_serving.py --dataset-name
 random --random-range-ratio 0.8 --num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf --ignore-eos``;
 the rows' ISL/OSL/concurrency grid, (1024, 1024), (1024, 8192), (8192, 1024) at 4-64, is InferenceX's)."""
+
+
+SERVER_KV = {"meta-llama/Llama-3.1-70B": "fp8"}
+"""The KV-cache dtype of the sample's servers where InferenceX's launch scripts set one for every GPU of a model:
+its vLLM Llama-3.1-70B configs on H100, H200 and B200 (``benchmarks/70b_fp8_{h100,h200}_slurm.sh``,
+``70b_fp8_b200_docker.sh``: ``kv-cache-dtype: fp8`` beside ``max-num-batched-tokens: 8192``). Other models keep their
+checkpoint's KV dtype: their scripts differ by GPU and version (gpt-oss-120b: none on H100/H200, fp8 on B200), and the
+sample does not say which script version ran a row."""
 
 
 def _load(path: Path) -> dict[str, dict]:
@@ -263,7 +272,7 @@ def main() -> int:
         keep_cells = {k for ks in best.values() for k in ks}
         rows = [r for r in rows if (r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"]) in keep_cells]
     args.work.mkdir(parents=True, exist_ok=True)
-    cov.BENCHMARK, cov.EVALUATE = BENCHMARK, args.evaluate
+    cov.BENCHMARK, cov.EVALUATE, cov.SERVER_KV_CACHE_DTYPE = BENCHMARK, args.evaluate, SERVER_KV
     name = "bench-rows.jsonl" if args.evaluate == "steady" else f"bench-rows-{args.evaluate}.jsonl"
     results = _load(args.work / name)
     todo = [r for r in rows if r["id"] not in results]

@@ -58,6 +58,9 @@ BENCHMARK: dict | None = None
 """A sweep spec ``[benchmark]`` table for every cell's sweep (None: the default closed loop, fixed lengths)."""
 EVALUATE = "steady"
 """How a BENCHMARK sweep evaluates its points: the steady state, or a replay of each point's benchmark."""
+SERVER_KV_CACHE_DTYPE: dict[str, str] = {}
+"""Model id -> the KV-cache dtype its benchmark's server ran with (``--kv-cache-dtype``); a model not listed is imported
+with its checkpoint's. Set by scripts/benchmark_accuracy.py to the sample's protocol (:data:`benchmark_accuracy.SERVER_KV`)."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode", "--precision-fallback")
 
@@ -223,6 +226,8 @@ def cell_profile(work: Path, key: tuple, rows: list[dict]) -> tuple[Path | None,
     ctx = int(text.get("max_position_embeddings") or 0)
     mml = min(mml, ctx) if ctx else mml
     env = ["--max-num-seqs", str(seqs), "--max-model-len", str(mml)]
+    if model_row in SERVER_KV_CACHE_DTYPE:  # the benchmark's server config (imports of another KV dtype are cached apart)
+        env += ["--kv-cache-dtype", SERVER_KV_CACHE_DTYPE[model_row]]
     reasons, profile, how, seconds = [], None, "", 0.0
     for how_, model_, quant in quant_candidates(model, gemm, moe_label, moe):
         profile, err, seconds = _import(work, model_, system, layout_args(lay, moe) + env + quant)
