@@ -25,13 +25,14 @@ import opmodel_coverage as cov  # noqa: E402
 
 from jaxsim.overhead import _nonneg_wls  # noqa: E402
 
-FORMS = {  # name -> columns of the overhead (ms) from predicted TTFT p, ISL i, layers L, concurrency c
-    "fixed + per prompt token (jaxsim's)": lambda p, i, L, c: [np.ones_like(p), i],
-    "relative + fixed": lambda p, i, L, c: [p, np.ones_like(p)],
-    "per layer + per prompt token": lambda p, i, L, c: [L, i],
-    "fixed + per prompt token + per client": lambda p, i, L, c: [np.ones_like(p), i, c],
-    "fixed + per prompt token + per client x prompt token": lambda p, i, L, c: [np.ones_like(p), i, c * i],
-    "relative only": lambda p, i, L, c: [p],
+FORMS = {  # name -> columns of the overhead (ms) from predicted TTFT p, ISL i, layers L, concurrency c, predicted TPOT t
+    "fixed + per prompt token (jaxsim's)": lambda p, i, L, c, t: [np.ones_like(p), i],
+    "relative + fixed": lambda p, i, L, c, t: [p, np.ones_like(p)],
+    "per layer + per prompt token": lambda p, i, L, c, t: [L, i],
+    "fixed + per prompt token + per client": lambda p, i, L, c, t: [np.ones_like(p), i, c],
+    "fixed + per prompt token + per client x prompt token": lambda p, i, L, c, t: [np.ones_like(p), i, c * i],
+    "fixed + per prompt token + per predicted TPOT": lambda p, i, L, c, t: [np.ones_like(p), i, t],
+    "relative only": lambda p, i, L, c, t: [p],
 }
 
 
@@ -46,17 +47,18 @@ def _layers(model: str) -> float:
 def _cols(rows):
     layers = {m: _layers(m) for m in {r["model_path"] for r in rows}}
     f = lambda k: np.array([float(r[k]) for r in rows])  # noqa: E731
-    return f("jaxsim_ttft_ms"), f("isl"), f("silicon_ttft_ms"), np.array([layers[r["model_path"]] for r in rows]), f("batch_size")
+    return (f("jaxsim_ttft_ms"), f("isl"), f("silicon_ttft_ms"), np.array([layers[r["model_path"]] for r in rows]), f("batch_size"),
+            f("jaxsim_tpot_ms"))
 
 
 def _fit(form, rows):
-    p, i, m, L, c = _cols(rows)
-    return _nonneg_wls(np.stack(FORMS[form](p, i, L, c), 1), m - p, 1 / m**2)
+    p, i, m, L, c, t = _cols(rows)
+    return _nonneg_wls(np.stack(FORMS[form](p, i, L, c, t), 1), m - p, 1 / m**2)
 
 
 def _abs_err_pct(form, beta, rows):
-    p, i, m, L, c = _cols(rows)
-    return np.abs((p + np.stack(FORMS[form](p, i, L, c), 1) @ beta) / m - 1) * 100
+    p, i, m, L, c, t = _cols(rows)
+    return np.abs((p + np.stack(FORMS[form](p, i, L, c, t), 1) @ beta) / m - 1) * 100
 
 
 def _q(e) -> str:
