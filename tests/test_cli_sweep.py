@@ -174,3 +174,34 @@ def test_many_workloads_get_one_best_per_workload_table(tmp_path):
     for wl, row in first.items():  # the compact table's row per workload is the top table's first row
         line = next(ln for ln in best.splitlines() if f" {wl} " in ln)
         assert f"{row['output_tokens_per_s_per_gpu']:,.1f}" in line
+
+
+def test_rows_whose_requests_outgrow_the_pool_in_step_are_flagged_and_counted(tmp_path):
+    """A pool that holds 8 requests on average (ISL + OSL/2) but not at their peak (ISL + OSL): the steady-state
+    rows at 7-8 clients are flagged ``kv_preemption`` (the rows below are not), and the CLI says how many."""
+    import shutil
+
+    prof = tmp_path / "small_pool"
+    shutil.copytree(ROOT / "tests" / "goldens" / "public" / "tables" / "ar_core", prof)
+    doc = json.loads((prof / "profile.json").read_text())
+    res = doc["deployments"][0]["resources"]
+    pool_blocks = 840  # of 16 tokens; a request of 500 in / 1,500 out holds 79 blocks on average, 125 at its peak
+    res["runtime_memory"]["kv_cache_bytes"] = pool_blocks * 16 * res["kv_bytes_per_token"]
+    res["runtime_memory"]["max_model_len"] = 4096
+    (prof / "profile.json").write_text(json.dumps(doc))
+    spec = tmp_path / "pool.toml"
+    spec.write_text(toml(spec_dict(profile=[{"name": str(prof), "label": "ar"}], serving={"mode": ["aggregated"]},
+                                   speculation={}, scheduler={"concurrency": [1, 2, 4, 6, 7, 8]},
+                                   workload=[{"name": "long", "isl": 500, "osl": 1500}], sla={})))
+    out = tmp_path / "r.parquet"
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = pq.read_table(out).to_pylist()
+    answered = [x for x in rows if not x["status_name"].startswith("unsupported")]
+    assert answered, rows
+    for x in answered:
+        assert x["kv_preemption"] == (x["concurrency"] * 125 > pool_blocks), x
+    flagged = sum(x["kv_preemption"] for x in rows)
+    assert flagged >= 1 and json.loads(r.stdout)["kv_preemption_steady_rows"] == flagged
+    r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--force"])
+    assert r.exit_code == 0 and f"KV preemption not modelled: in {flagged} steady-state rows" in " ".join(r.output.split())

@@ -280,3 +280,27 @@ def test_tpot_is_at_least_round_time_over_max_tokens_per_round(golden, d):
     assert (np.asarray(m.mean_ttft_ms) > 0).all()
     conc = np.asarray(m.concurrency)
     assert (conc <= d["conc"]).all() and (conc >= 1).all()
+
+
+def test_kv_preemption_flags_requests_that_outgrow_the_pool_at_their_peak(golden):
+    """The in-flight requests fit the pool on average (ISL + OSL/2 each) but not at their longest together
+    (ISL + OSL): the steady state keeps their average, and flags the row, exactly when n x peak blocks > pool."""
+    rng = np.random.default_rng(11)
+    n = S
+    isl, osl = np.full((n, W), 1000), np.full((n, W), 2000)
+    weight = np.zeros((n, W))
+    weight[:, 0] = 1.0
+    peak, held = -(-(1000 + 2000) // 16), -(-(1000 + 1000) // 16)  # blocks of one request at its peak / on average
+    conc = np.full(n, 8)
+    # pools from below the average need to above the peak need of 8 requests
+    kv_blocks = np.linspace(8 * held, 8 * peak + 40, n).astype(np.int64)
+    cfgs = _cfgs(n, rng, concurrency=conc, max_num_seqs=np.full(n, 64), kv_blocks=kv_blocks, isl=isl, osl=osl, weight=weight,
+                 nextn=np.zeros(n, np.int64), max_num_batched_tokens=np.full(n, 8192))
+    m = _chunk(golden, 2, False, cfgs)  # the synthetic dense table: every point answers
+    ok = np.asarray(m.status) < kst.FIRST_UNSUPPORTED
+    assert ok.all()
+    reached = np.asarray(m.concurrency)
+    expected = reached * peak > kv_blocks
+    np.testing.assert_array_equal(np.asarray(m.kv_preemption), expected)
+    assert expected.any() and (~expected).any()  # both sides of the line are exercised
+    assert (reached == 8).all()  # the average need fits: the steady state does not cut the concurrency

@@ -272,6 +272,11 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
         "source = what the profile's numbers are; method = steady state or replay (docs/sweep.md); "
         + "$/1M tok = US dollars per million output tokens at the row's throughput; "
     )
+    if s.get("kv_preemption_steady_rows"):
+        con.print(f"[bold]KV preemption not modelled[/bold]: in {s['kv_preemption_steady_rows']:,} steady-state rows (column kv_preemption) "
+                  "the requests in flight, at their longest together, need more KV blocks than the pool holds; requests that grow "
+                  "in step (a closed-loop benchmark's prompt waves) then make vLLM preempt, and TTFT can be far above the steady "
+                  "state's: replay them (--evaluate replay, or --verify-top)")
     if sources:
         con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
                   "derived or modelled, not measured (speculative rows also depend on the stated acceptance); "

@@ -144,6 +144,7 @@ class Metrics(eqx.Module):
     status: Int32[Array, ""]
     limit: Int32[Array, ""]
     concurrency: Int64[Array, ""]
+    kv_preemption: Bool[Array, ""]
     decode_batch: Float64[Array, ""]
     round_ms: Float64[Array, ""]
     pass_ms: Float64[Array, ""]
@@ -285,7 +286,8 @@ def _decode_kv_per_request(cfg: ConfigInputs, share, nodes) -> Float64[Array, " 
 
 
 def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
-    """Requests in flight per decode (or aggregated) worker, which limit binds, and a capacity status.
+    """Requests in flight per decode (or aggregated) worker, which limit binds, a capacity status, and whether those
+    requests at their longest together outgrow the KV pool (``kv_preemption``).
 
     min(target concurrency, max_num_seqs, KV pool ÷ blocks a request holds, token budget ÷ (nextn + 1)).
     vLLM allocates a request's blocks as its tokens arrive (and preempts when the pool runs dry), so a
@@ -303,10 +305,12 @@ def effective_concurrency(cfg: ConfigInputs, rounds_w, w, live):
     n_budget = cfg.max_num_batched_tokens // step
     n = jnp.minimum(jnp.minimum(cfg.concurrency, n_kv), n_budget)
     limit = jnp.where(n == cfg.concurrency, 0, jnp.where(n == cfg.max_num_seqs, 1, jnp.where(n == n_kv, 2, 3)))
+    peak_blocks = jnp.ceil(jnp.sum(occ * blocks_w)).astype(jnp.int64)
+    preemption = jnp.maximum(n, 1) * peak_blocks > cfg.kv_blocks
     code = jnp.where(n_budget < 1, TOKEN_BUDGET_TOO_SMALL, st.EXACT)
     code = jnp.where(jnp.any(live & (blocks_w > cfg.kv_blocks)) | (n_kv < 1), REQUEST_EXCEEDS_KV_POOL, code)
     code = jnp.where(jnp.any(live & (cfg.isl + cfg.osl > cfg.max_model_len)), REQUEST_EXCEEDS_CONTEXT, code)
-    return jnp.maximum(n, 1), limit.astype(jnp.int32), code
+    return jnp.maximum(n, 1), limit.astype(jnp.int32), code, preemption
 
 
 class Mix(eqx.Module):
@@ -554,7 +558,8 @@ def mix_percentiles(ttft_pts: Float64[Array, "W K"], pts_w: Float64[Array, "W K"
 
 
 def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABounds, mix: Mix, n: Int64[Array, ""],
-                         limit: Int32[Array, ""], p: Passes, served: Served, status: Int32[Array, ""]) -> Metrics:
+                         limit: Int32[Array, ""], p: Passes, served: Served, status: Int32[Array, ""],
+                         kv_preemption: Bool[Array, ""]) -> Metrics:
     """Means and percentiles over the mix, throughput per GPU and the SLA judgment (NaN when unsupported)."""
     w = mix.w
     out_tok = jnp.sum(w * cfg.osl)
@@ -584,6 +589,7 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
         status=status,
         limit=limit,
         concurrency=n,
+        kv_preemption=kv_preemption & ok,
         decode_batch=nan(served.decode_batch),
         round_ms=nan(served.round_ms),
         pass_ms=nan(served.pass_ms),
@@ -616,7 +622,7 @@ def evaluate_config(
     """
     ensure_x64()
     mix = workload_mix(cfg, rounds_table)
-    n, limit, capacity_code = effective_concurrency(cfg, mix.rounds_w, mix.w, mix.live)
+    n, limit, capacity_code, kv_preemption = effective_concurrency(cfg, mix.rounds_w, mix.w, mix.live)
     passes = pass_structure(cfg, disaggregated, mix, n)
     lookups = price_lookups(prefill_table, decode_table, cfg, mix, n, passes)
     aggregated = serve_aggregated(cfg, mix, n, passes, lookups)
@@ -635,7 +641,7 @@ def evaluate_config(
                           jnp.broadcast_to(one, queue.points_ms.shape)), is_leaf=lambda x: x is None)
     served = jax.tree.map(lambda d, a: jnp.where(disaggregated, d, a), disagg, aggregated)
     status = st.worse(st.worse(capacity_code, lookups.prompt_code, jnp), served.code, jnp)
-    return steady_state_metrics(cfg, disaggregated, sla, mix, n, limit, passes, served, status)
+    return steady_state_metrics(cfg, disaggregated, sla, mix, n, limit, passes, served, status, kv_preemption)
 
 
 def evaluate_chunk(

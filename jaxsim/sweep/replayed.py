@@ -194,7 +194,8 @@ def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_
     limit = 2 if s["preemptions"] > 0 else (0 if reached == concurrency else 1)
     tpot = s["mean_tpot_ms"]
     out = dict(
-        status=status, limit=limit, concurrency=reached, decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan, prefill_queue_ms=nan,
+        status=status, limit=limit, concurrency=reached, kv_preemption=bool(s["preemptions"] > 0),
+        decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan, prefill_queue_ms=nan,
         rounds=float(req["decode_rounds"][done].mean()) if done.any() else nan,
         tokens_per_round=float((req["generated_tokens"][done] - 1).sum()) / rounds if rounds else nan,
         request_rate_per_s=s["request_throughput_rps"] / units,

@@ -59,7 +59,7 @@ MIN_CHUNK_SIZE = 256
 WORK_SUFFIX = ".work"
 FORMAT = "jaxsim-sweep-v1"
 METRIC_COLUMNS = (
-    "status", "status_name", "limit", "concurrency", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
+    "status", "status_name", "limit", "concurrency", "kv_preemption", "decode_batch", "round_ms", "pass_ms", "prefill_chunks",
     "prefill_queue_ms", "rounds", "tokens_per_round", "request_rate_per_s", "output_tokens_per_s_per_gpu", "tokens_per_s_per_user",
     "total_output_tokens_per_s", *LATENCY_KEYS, "sla_ok",
 )
@@ -197,6 +197,7 @@ def chunk_table(plan: SweepPlan, start: int, stop: int, m: ev.Metrics | dict, me
     out["status"] = pa.array(met["status"].astype(np.int32))
     out["status_name"] = _dict_col(met["status"], _STATUS_DICT)
     out["limit"] = _dict_col(met["limit"], _LIMIT_DICT)
+    out["kv_preemption"] = pa.array(np.asarray(met["kv_preemption"]).astype(bool))
     for k in METRIC_COLUMNS:
         if k in met and k not in out:
             out[k] = pa.array(met[k])
@@ -492,6 +493,7 @@ class _Counts:
         self.per_workload: dict[int, dict] = {}
         self.feasible = 0
         self.methods: dict[str, int] = {}
+        self.kv_preemption_steady = 0  # steady-state rows whose in-flight requests at their peak outgrow the pool
 
     def add(self, t: pa.Table) -> None:
         st_col = t.column("status").to_numpy().astype(np.int64)
@@ -514,6 +516,8 @@ class _Counts:
             for c in np.flatnonzero(by[wi] * ~answers):
                 d["refusals"][st.name(c)] = d["refusals"].get(st.name(c), 0) + int(by[wi, c])
         methods = t.column("method").combine_chunks().indices.to_numpy()
+        flag = t.column("kv_preemption").to_numpy(zero_copy_only=False)
+        self.kv_preemption_steady += int(np.sum(flag & (methods == METHODS.index("steady"))))
         for mi, count in enumerate(np.bincount(methods, minlength=len(METHODS))):
             if count:
                 self.methods[METHODS[mi]] = self.methods.get(METHODS[mi], 0) + int(count)
@@ -524,6 +528,7 @@ class _Counts:
                           for i, d in sorted(self.per_workload.items())},
             "status_counts": dict(sorted(self.status.items())),
             "methods": self.methods,
+            "kv_preemption_steady_rows": self.kv_preemption_steady,
             "sla_feasible": self.feasible,
             "pareto_points": pareto_points,
         }
