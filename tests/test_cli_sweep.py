@@ -205,3 +205,17 @@ def test_rows_whose_requests_outgrow_the_pool_in_step_are_flagged_and_counted(tm
     assert flagged >= 1 and json.loads(r.stdout)["kv_preemption_steady_rows"] == flagged
     r = runner.invoke(app, ["sweep", str(spec), "-o", str(out), "--force"])
     assert r.exit_code == 0 and f"KV preemption not modelled: in {flagged} steady-state rows" in " ".join(r.output.split())
+    # --evaluate auto replays exactly the flagged rows, each as --evaluate replay replays it; the others stay steady
+    auto, full = tmp_path / "auto.parquet", tmp_path / "replay.parquet"
+    for how, path in (("auto", auto), ("replay", full)):
+        r = runner.invoke(app, ["sweep", str(spec), "-o", str(path), "--evaluate", how, "--json"])
+        assert r.exit_code == 0, r.output
+    by_id = lambda p: {x["config_id"]: x for x in pq.read_table(p).to_pylist()}  # noqa: E731
+    steady, a, f = by_id(out), by_id(auto), by_id(full)
+    assert a.keys() == steady.keys() == f.keys()
+    for cid, x in steady.items():
+        want = f[cid] if x["kv_preemption"] else x
+        assert a[cid]["method"] == ("replay" if x["kv_preemption"] else "steady"), cid
+        for k in ("status_name", "mean_ttft_ms", "mean_tpot_ms", "p90_ttft_ms", "output_tokens_per_s_per_gpu", "kv_preemption"):
+            assert a[cid][k] == want[k] or (a[cid][k] != a[cid][k] and want[k] != want[k]), (cid, k)
+    assert sum(x["method"] == "replay" for x in a.values()) == flagged

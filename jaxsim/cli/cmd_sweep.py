@@ -12,7 +12,7 @@ import typer
 
 from jaxsim.cli.common import console, fail, guarded, paragraphs, refuse_overwrite, stderr_is_tty
 
-EVALUATE = ("steady", "replay")  # jaxsim.sweep.spec.EVALUATE (not imported here: the CLI starts without JAX)
+EVALUATE = ("steady", "replay", "auto")  # jaxsim.sweep.spec.EVALUATE (not imported here: the CLI starts without JAX)
 EXIT_UNVERIFIED = 3
 
 SWEEP_HELP = paragraphs("""Evaluate every combination of a sweep spec (profiles x TP x serving mode x nextn/acceptance x scheduler
@@ -23,8 +23,9 @@ With --evaluate replay (or evaluate = "replay" in the spec) every point is inste
 (\\[benchmark]: by default a closed loop of C clients, 10 x C prompts, all C sent at t = 0, as InferenceX runs vllm bench
 serve; a disaggregated x:y point: one closed loop of y x C clients over its pipeline), thousands of replays per compiled
 call; the method column says which evaluation produced each row
-(docs/benchmark-loads.md). --verify-top N replays the best rows each at its own load and says by how much the replay
-differs.
+(docs/benchmark-loads.md). With --evaluate auto only the points the steady state flags kv_preemption (their requests
+in flight outgrow the KV pool at their peak, where vLLM preempts) are replayed. --verify-top N replays the best rows
+each at its own load and says by how much the replay differs.
 
 Every row carries its cost (bundled GPU list prices, or \\[cost] in the spec, or --price) and its deployment's goodput
 (the largest SLA-feasible request rate over the swept concurrencies); the report adds the best configuration per profile
@@ -276,7 +277,7 @@ def _report(res, plot: Path | None, max_pareto: int, sla=None, all_tables: bool 
         con.print(f"[bold]KV preemption not modelled[/bold]: in {s['kv_preemption_steady_rows']:,} steady-state rows (column kv_preemption) "
                   "the requests in flight, at their longest together, need more KV blocks than the pool holds; requests that grow "
                   "in step (a closed-loop benchmark's prompt waves) then make vLLM preempt, and TTFT can be far above the steady "
-                  "state's: replay them (--evaluate replay, or --verify-top)")
+                  "state's: replay them (--evaluate auto replays exactly those; --evaluate replay, or --verify-top)")
     if sources:
         con.print(f"[bold]not measured[/bold]: rows with source {', '.join(sources)} come from profiles whose timings are "
                   "derived or modelled, not measured (speculative rows also depend on the stated acceptance); "
@@ -409,9 +410,9 @@ def register(app: typer.Typer) -> None:
             None,
             "--evaluate",
             help=(
-                "How every point is evaluated: steady (the analytic steady state, the fast screen) or replay (a batched replay of each "
-                "point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) [default: the "
-                "spec's evaluate, else steady]."
+                "How every point is evaluated: steady (the analytic steady state, the fast screen), replay (a batched replay of each "
+                "point's benchmark load, [benchmark] in the spec: by default a closed loop of C clients and 10 x C prompts) or auto (the "
+                "steady state, and a replay for the points it flags kv_preemption) [default: the spec's evaluate, else steady]."
             ),
         ),
         verify_top: int | None = typer.Option(

@@ -294,12 +294,14 @@ class PointReplays:
 
     def metrics(self, steady: ev.Metrics, start: int, stop: int) -> tuple[dict, np.ndarray]:
         """Configs [start, stop): the columns of the batched steady-state ``steady`` metrics (numpy, first
-        ``stop - start`` rows) with every replayable point's replaced by its replay, and each row's method
-        (index into METHODS)."""
+        ``stop - start`` rows) with every replayable point's replaced by its replay (``evaluate = "auto"``: only the
+        points the steady state flags ``kv_preemption``), and each row's method (index into METHODS)."""
         n = stop - start
         cols = {k: np.array(np.asarray(getattr(steady, k))[:n]) for k in steady.__dataclass_fields__}
         ids = np.arange(start, stop, dtype=np.int64)
         mask = self.replayable(ids)
+        if self.plan.spec.evaluate == "auto":  # only the points the steady state cannot price: KV preemption
+            mask &= cols["kv_preemption"].astype(bool)
         method = np.where(mask, METHODS.index("replay"), METHODS.index("steady")).astype(np.int32)
         for pos, m in zip(np.flatnonzero(mask), self.run(ids[mask])):
             for k, v in m.items():

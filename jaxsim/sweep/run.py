@@ -417,7 +417,7 @@ def run_sweep(
     plan = _checked_plan(spec, plan or plan_sweep(spec), strict)
     plan_s = time.perf_counter() - t_plan
     mesh_devices = list(devices or jax.local_devices())
-    if spec.evaluate == "replay":
+    if spec.evaluate != "steady":
         chunk_size = min(chunk_size, REPLAY_CHUNK_SIZE)
     size = chunk_size_for(plan, chunk_size, len(mesh_devices))
     work = work_dir_for(output)
@@ -426,7 +426,7 @@ def run_sweep(
     mine = [k for k in range(len(chunks)) if k % process_count == process_index]
     todo = _chunks_to_run(work, mine)
     evaluator = Evaluator(plan, size, mesh_devices)
-    replays = PointReplays(plan) if spec.evaluate == "replay" else None
+    replays = PointReplays(plan) if spec.evaluate != "steady" else None
     total = sum(chunks[k][2] - chunks[k][1] for k in mine)
     done0 = total - sum(chunks[k][2] - chunks[k][1] for k in todo)
     t_eval = time.perf_counter()

@@ -59,9 +59,10 @@ __all__ = [
 ]
 
 MODES = ("aggregated", "disaggregated")
-EVALUATE = ("steady", "replay")
-"""How a sweep evaluates its points: the analytic steady state (the fast screen) or a batched replay of
-each point's benchmark load (``[benchmark]``)."""
+EVALUATE = ("steady", "replay", "auto")
+"""How a sweep evaluates its points: the analytic steady state (the fast screen), a batched replay of each point's
+benchmark load (``[benchmark]``), or ``auto``: the steady state, and a replay for the points it flags ``kv_preemption``
+(requests in flight that outgrow the KV pool at their peak, where vLLM preempts and the steady state does not model it)."""
 RECORDED = "recorded"
 PROFILE_NEXTN = "profile"
 DEFAULT_BLOCK_SIZE = 16
@@ -154,7 +155,7 @@ class SweepSpec:
     gpu_budget: int | None
     block_size: int
     kv_transfer_gbps: float | None
-    evaluate: str = "steady"  # how every point is evaluated: the analytic steady state, or a replay of its benchmark load
+    evaluate: str = "steady"  # how points are evaluated: the steady state, a replay of its benchmark load, or auto (EVALUATE)
     benchmark: Benchmark = Benchmark()  # the load a point is replayed under (evaluate = "replay", --verify-top)
     cost: Prices = field(default_factory=Prices)  # $/GPU-hour per system (bundled list prices, [cost] overrides)
     source: str = field(default="<spec>", compare=False)
