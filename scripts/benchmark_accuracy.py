@@ -245,8 +245,9 @@ def main() -> int:
     ap.add_argument("--models", default="", help="comma-separated substrings of model ids to keep (a subsample)")
     ap.add_argument("--cells-per-system", type=int, default=0,
                     help="keep only the N cells (precision x TP) with the most rows per (model, system): a subsample; 0 = all")
-    ap.add_argument("--evaluate", choices=("steady", "replay"), default="steady",
-                    help="how jaxsim evaluates each row: the steady state (default) or a replay of its benchmark (slower)")
+    ap.add_argument("--evaluate", choices=("steady", "replay", "auto"), default="steady",
+                    help="how jaxsim evaluates each row: the steady state (default), a replay of its benchmark (slower), or auto (the "
+                         "steady state, and a replay of the rows it flags kv_preemption)")
     ap.add_argument("--cached-only", action="store_true", help="score only the rows already in WORK/rows.jsonl (evaluate nothing new)")
     ap.add_argument("--one-sweep", action="store_true",
                     help="evaluate every row again in ONE jaxsim sweep (a CLI subprocess over every cell's cached import, each profile at its "
