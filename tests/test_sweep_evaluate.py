@@ -292,7 +292,7 @@ def test_kv_preemption_flags_requests_that_outgrow_the_pool_at_their_peak(golden
     weight[:, 0] = 1.0
     peak, held = -(-(1000 + 2000) // 16), -(-(1000 + 1000) // 16)  # blocks of one request at its peak / on average
     conc = np.full(n, 8)
-    # pools from below the average need to above the peak need of 8 requests
+    # pools from exactly the average need of 8 requests to above their peak need
     kv_blocks = np.linspace(8 * held, 8 * peak + 40, n).astype(np.int64)
     cfgs = _cfgs(n, rng, concurrency=conc, max_num_seqs=np.full(n, 64), kv_blocks=kv_blocks, isl=isl, osl=osl, weight=weight,
                  nextn=np.zeros(n, np.int64), max_num_batched_tokens=np.full(n, 8192))

@@ -191,10 +191,11 @@ def replay_metrics(outcome: ReplayOutcome, gpus: int, concurrency: int, max_num_
     done = req["terminal"] == "completed"
     rounds = float(req["decode_rounds"][done].sum())
     reached = min(int(concurrency), int(max_num_seqs))
-    limit = 2 if s["preemptions"] > 0 else (0 if reached == concurrency else 1)
+    preempted = bool(s["preemptions"] > 0)
+    limit = 2 if preempted else (0 if reached == concurrency else 1)
     tpot = s["mean_tpot_ms"]
     out = dict(
-        status=status, limit=limit, concurrency=reached, kv_preemption=bool(s["preemptions"] > 0),
+        status=status, limit=limit, concurrency=reached, kv_preemption=preempted,
         decode_batch=nan, round_ms=nan, pass_ms=nan, prefill_chunks=nan, prefill_queue_ms=nan,
         rounds=float(req["decode_rounds"][done].mean()) if done.any() else nan,
         tokens_per_round=float((req["generated_tokens"][done] - 1).sum()) / rounds if rounds else nan,
