@@ -343,7 +343,8 @@ def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
     def going(a: _Admit):
         e = a.s.engine
         _, _, waits = _candidate(consts, e, now_ms)
-        return waits & (e.num_running < p.max_num_seqs) & ~a.blocked
+        # with the budget spent an attempt admits nothing and changes nothing (its prompt chunk would be 0 tokens)
+        return waits & (e.num_running < p.max_num_seqs) & ~a.blocked & (a.budget > 0)
 
     def step(a: _Admit):
         s, e = a.s, a.s.engine
