@@ -10,7 +10,7 @@ import pytest
 from replay_support import padded_tables
 
 from jaxsim.acceptance import pad_rates
-from jaxsim.replay import orchestrate
+from jaxsim.replay import orchestrate, pd_closed_loop
 from jaxsim.replay.deployment import ReplayConfig, WorkerPool
 from jaxsim.replay.engine import COMPLETED
 from jaxsim.replay.orchestrate import closed_loop_refusal, run_replays
@@ -116,3 +116,17 @@ def test_refusals_name_the_request():
     with pytest.raises(ValueError, match="with a closed loop"):
         dataclasses.replace(_config(2), router=Router("least_loaded"))
     assert closed_loop_refusal(_config(0), trace) is None
+
+
+def test_the_send_time_loop_moves_by_events_not_by_passes(monkeypatch):
+    """Each pool runs until the other could reach it: a request's remaining tokens at the table's shortest pass
+    (jaxsim.kernels.pass_floor) bound when a decode completion can come, so one client's requests, alone in the
+    pipeline, cost a few engine calls each (one or two per pool), not one per decode pass (about 7 per request here)."""
+    calls = []
+    advance = pd_closed_loop._Pool.advance
+    monkeypatch.setattr(pd_closed_loop._Pool, "advance", lambda self, stop: calls.append(stop) or advance(self, stop))
+    trace = _benchmark(48)
+    out = run_replays([_config(1)], trace)[0]
+    assert out.status == COMPLETED
+    assert int(out.summary["decode_rounds"]) > 6 * len(trace)
+    assert len(calls) <= 4 * len(trace)

@@ -44,12 +44,13 @@ class Snapshot(eqx.Module):
     done: Bool[Array, "R N"] | np.ndarray
     first_token_ms: Float64[Array, "R N"] | np.ndarray
     last_token_ms: Float64[Array, "R N"] | np.ndarray
+    remaining: Int64[Array, "R N"] | np.ndarray  # output tokens not yet emitted
 
 
 def _snapshot(s) -> Snapshot:
     r = s.requests
     return Snapshot(status=s.status, now_ms=s.now_ms, num_done=s.num_done, done=r.done, first_token_ms=r.first_token_ms,
-                    last_token_ms=r.last_token_ms)
+                    last_token_ms=r.last_token_ms, remaining=r.output_tokens - r.generated)
 
 
 _SNAPSHOT = jax.jit(_snapshot)

@@ -33,6 +33,7 @@ import heapq
 
 import numpy as np
 
+from jaxsim.kernels.pass_floor import shortest_pass_ms
 from jaxsim.replay.engine import RUNNING
 from jaxsim.replay.inloop import EngineLoop, engine_loop
 
@@ -58,10 +59,13 @@ def released_send_ms(arrival_ms: np.ndarray, completion_ms: np.ndarray, clients:
 
 class _Pool:
     """One pool's engines in the loop and the host's view of them: rows per replica, each row's request, the rows
-    whose completion was seen, and a lower bound on the time of any completion not yet seen, per replica."""
+    whose completion was seen, and a lower bound on the time of any completion not yet seen, per replica: a request
+    completes at the end of a pass, and one with ``r`` tokens still to emit needs at least ``ceil(r / per_pass)``
+    more passes of at least ``shortest_ms`` each (:func:`~jaxsim.kernels.pass_floor.shortest_pass_ms`)."""
 
-    def __init__(self, engines):
+    def __init__(self, engines, shortest_ms: float, per_pass: int):
         self.engines = engines
+        self.shortest_ms, self.per_pass = float(shortest_ms), max(int(per_pass), 1)
         self.reps, size = int(engines.reps), int(engines.size)
         self.rows = np.zeros(self.reps, np.int64)
         self.request = np.full((self.reps, size), -1, np.int64)
@@ -76,7 +80,7 @@ class _Pool:
         self.request[w, row] = q
         self.rows[w] += 1
         self.count += 1
-        self.bound[w] = min(self.bound[w], float(sent_ms))  # its completion comes after it is sent
+        self.bound[w] = min(self.bound[w], float(sent_ms) + self.shortest_ms)  # it completes a pass after it is sent
 
     @property
     def busy(self) -> bool:
@@ -93,9 +97,13 @@ class _Pool:
             new = np.flatnonzero(view.done[w, :m] & ~self.seen[w, :m])
             self.seen[w, new] = True
             out += [(float(view.last_token_ms[w, r]), int(self.request[w, r])) for r in new]
-            # a running replica's next pass starts at or after both its clock and the stop; a completed or stopped one
-            # has nothing left to complete until a request is added
-            self.bound[w] = max(float(view.now_ms[w]), float(stop_ms)) if int(view.status[w]) == RUNNING else np.inf
+            # a running replica's next pass starts at or after both its clock and the stop, and its next completion
+            # comes after the passes its closest request still needs (a request that can never complete, rejected at
+            # admission, needs none); a completed or stopped replica has nothing left to complete until a request is added
+            left = view.remaining[w, :m][~view.done[w, :m] & (view.remaining[w, :m] > 0)]
+            passes = -(-int(left.min()) // self.per_pass) if left.size else 0
+            start = max(float(view.now_ms[w]), float(stop_ms))
+            self.bound[w] = start + passes * self.shortest_ms if int(view.status[w]) == RUNNING else np.inf
         return out
 
 
@@ -110,7 +118,9 @@ def closed_loop_send_ms(prefill_stage, decode_stage, clients: int, transfer_ms: 
     transfer = np.asarray(transfer_ms, np.float64)
     n, c = arrival.size, int(clients)
     lead = float(np.min(transfer)) if n else 0.0
-    pre, dec = _Pool(engine_loop(prefill_stage, 0, timings)), _Pool(EngineLoop(decode_stage, 0, timings))
+    pre = _Pool(engine_loop(prefill_stage, 0, timings), shortest_pass_ms(prefill_stage.pool.table), prefill_stage.nextn + 1)
+    dec = _Pool(EngineLoop(decode_stage, 0, timings), shortest_pass_ms(decode_stage.pool.table), decode_stage.nextn + 1)
+    sp, sd = pre.shortest_ms, dec.shortest_ms
     sent = np.full(n, np.nan)
     sent[:c] = arrival[:c]
     next_send, released = 0, 0
@@ -127,9 +137,10 @@ def closed_loop_send_ms(prefill_stage, decode_stage, clients: int, transfer_ms: 
         send_known()
         first_arrival = arrivals[0][0] if arrivals else np.inf
         first_done = done[0][0] if done else np.inf
-        # no prefill completion not yet seen comes before lp; no decode completion not yet seen before ld
-        lp = min(float(pre.bound.min()), float(dec.bound.min()), first_arrival, first_done)
-        ld = min(float(dec.bound.min()), first_arrival, lp + lead)
+        # no prefill completion not yet seen comes before lp (a send it would answer comes at a decode completion,
+        # seen or not); no decode completion not yet seen before ld (each takes a pass after its decode arrival)
+        lp = min(float(pre.bound.min()), float(dec.bound.min()) + sp, first_arrival + sd + sp, first_done + sp)
+        ld = min(float(dec.bound.min()), first_arrival + sd, lp + lead + sd)
         while done and done[0][0] <= ld:  # completions in time order free the next clients
             t, _ = heapq.heappop(done)
             if c + released < n:
