@@ -29,8 +29,8 @@ import numpy as np
 
 from jaxsim.errors import InputError
 
-__all__ = ["ServingOverhead", "BenchmarkRow", "OverheadError", "MIN_ROWS", "added_latency_ms", "fit_overhead", "read_benchmark",
-           "read_overhead", "relative_errors"]
+__all__ = ["ServingOverhead", "BenchmarkRow", "OverheadError", "MIN_ROWS", "added_latency_ms", "fit_overhead", "nonneg_wls",
+           "read_benchmark", "read_overhead", "relative_errors"]
 
 MIN_ROWS = 4
 """Rows an overhead fit needs in its training part (three terms, and one row to spare)."""
@@ -209,8 +209,9 @@ def relative_errors(pred, meas) -> np.ndarray:
     return np.abs(pred / meas - 1.0)
 
 
-def _nonneg_wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """min Σ w (x·β − y)² with β ≥ 0 (exhaustive over active sets; two or one columns)."""
+def nonneg_wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """min Σ w (x·β − y)² with β ≥ 0: exhaustive over the active sets (2^k − 1 weighted least-squares fits for k
+    columns; the fits here have one to four)."""
     k = x.shape[1]
     best, best_cost = np.zeros(k), float(np.sum(w * y * y))
     for mask in range(1, 1 << k):
@@ -240,6 +241,6 @@ def fit_overhead(isl, pred_ttft_ms, pred_tpot_ms, meas_ttft_ms, meas_tpot_ms, pr
         raise OverheadError(f"an overhead fit needs at least {MIN_ROWS} rows the profile predicts; got {int(ok.sum())}")
     isl, pt, pp, mt, mp = isl[ok], pt[ok], pp[ok], mt[ok], mp[ok]
     x = np.stack([np.ones_like(isl), isl], axis=1)
-    a, b = _nonneg_wls(x, mt - pt, 1.0 / mt**2)
-    c = _nonneg_wls(np.ones((mp.size, 1)), mp - pp, 1.0 / mp**2)[0]
+    a, b = nonneg_wls(x, mt - pt, 1.0 / mt**2)
+    c = nonneg_wls(np.ones((mp.size, 1)), mp - pp, 1.0 / mp**2)[0]
     return ServingOverhead(float(a), float(b), float(c), provenance)

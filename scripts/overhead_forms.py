@@ -2,7 +2,7 @@
 
 Reads the rows scripts/benchmark_accuracy.py evaluated (WORK/bench-rows.jsonl: jaxsim's predictions without overhead,
 the measured TTFT) and, for each candidate form of the TTFT overhead (columns of a non-negative weighted least squares on
-relative error, :func:`jaxsim.overhead._nonneg_wls`), fits it on the h100_sxm rows and scores the h200_sxm rows, then
+relative error, :func:`jaxsim.overhead.nonneg_wls`), fits it on the h100_sxm rows and scores the h200_sxm rows, then
 the other way round. The held-out GPUs (b200/b300/gb200) are never read unless ``--held-out`` is given, and then only
 to score each form fitted on both fitted GPUs, after the choice.
 
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opmodel_coverage as cov  # noqa: E402
 
-from jaxsim.overhead import _nonneg_wls  # noqa: E402
+from jaxsim.overhead import nonneg_wls  # noqa: E402
 
 FORMS = {  # name -> columns of the overhead (ms) from predicted TTFT p, ISL i, layers L, concurrency c, predicted TPOT t
     "fixed + per prompt token (jaxsim's)": lambda p, i, L, c, t: [np.ones_like(p), i],
@@ -53,7 +53,7 @@ def _cols(rows):
 
 def _fit(form, rows):
     p, i, m, L, c, t = _cols(rows)
-    return _nonneg_wls(np.stack(FORMS[form](p, i, L, c, t), 1), m - p, 1 / m**2)
+    return nonneg_wls(np.stack(FORMS[form](p, i, L, c, t), 1), m - p, 1 / m**2)
 
 
 def _abs_err_pct(form, beta, rows):

@@ -138,3 +138,20 @@ def test_a_spec_overhead_adds_to_ttft_and_tpot_only(tmp_path):
             assert y["mean_ttft_ms"] == pytest.approx(x["mean_ttft_ms"] + 10.0 + 0.01 * (1024 + 4096) / 2, rel=1e-12)
             assert y["mean_tpot_ms"] == pytest.approx(x["mean_tpot_ms"] + 0.2, rel=1e-12)
             assert y["output_tokens_per_s_per_gpu"] == x["output_tokens_per_s_per_gpu"]
+
+
+def test_nonneg_wls_is_the_best_nonnegative_fit():
+    """Against a grid search: no non-negative coefficients fit the weighted rows better, and a coefficient the data
+    would make negative is 0."""
+    from jaxsim.overhead import nonneg_wls
+
+    rng = np.random.default_rng(4)
+    x = np.abs(rng.normal(size=(40, 3))) + 0.1
+    y = x @ np.array([2.0, -1.5, 0.7]) + rng.normal(scale=0.05, size=40)
+    w = rng.uniform(0.5, 2.0, size=40)
+    beta = nonneg_wls(x, y, w)
+    assert np.all(beta >= 0) and beta[1] == 0.0
+    cost = lambda b: float(np.sum(w * (x @ b - y) ** 2))  # noqa: E731
+    grid = np.linspace(0.0, 3.0, 31)
+    best_grid = min(cost(np.array([a, b, c])) for a in grid for b in grid for c in grid)
+    assert cost(beta) <= best_grid + 1e-12
