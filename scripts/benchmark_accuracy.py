@@ -255,6 +255,9 @@ def main() -> int:
     ap.add_argument("--per-family", action="store_true",
                     help="with --one-sweep: one jaxsim sweep per model family (times summed): a sweep holds every profile's padded tables, "
                          "about 0.2 GB each, so the whole sample in one sweep needs about 16 GB")
+    ap.add_argument("--block-gemm-data", choices=("per-tensor", "collected"), default="per-tensor",
+                    help="jaxsim import op-model --block-gemm-data for the fp8_block checkpoints (the importer's default, per-tensor; "
+                         "collected: their results are cached apart)")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -274,11 +277,14 @@ def main() -> int:
         rows = [r for r in rows if (r["model_path"], r["system"], r["gemm_quant_mode"], r["tp_size"]) in keep_cells]
     args.work.mkdir(parents=True, exist_ok=True)
     cov.BENCHMARK, cov.EVALUATE, cov.SERVER_KV_CACHE_DTYPE = BENCHMARK, args.evaluate, SERVER_KV
+    cov.BLOCK_GEMM_DATA = args.block_gemm_data
+    tag = "" if args.block_gemm_data == "per-tensor" else f"-block-gemm-{args.block_gemm_data}"
     name = "bench-rows.jsonl" if args.evaluate == "steady" else f"bench-rows-{args.evaluate}.jsonl"
+    name = name.replace(".jsonl", f"{tag}.jsonl")
     results = _load(args.work / name)
     todo = [r for r in rows if r["id"] not in results]
     if args.one_sweep:
-        name = f"bench-rows-{args.evaluate}-one-sweep.jsonl"
+        name = f"bench-rows-{args.evaluate}-one-sweep{tag}.jsonl"
         groups = defaultdict(list)
         for r in rows:
             groups[family(r["model_path"]) if args.per_family else "all"].append(r)

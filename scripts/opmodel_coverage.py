@@ -61,6 +61,10 @@ EVALUATE = "steady"
 SERVER_KV_CACHE_DTYPE: dict[str, str] = {}
 """Model id -> the KV-cache dtype its benchmark's server ran with (``--kv-cache-dtype``); a model not listed is imported
 with its checkpoint's. Set by scripts/benchmark_accuracy.py to the sample's protocol (:data:`benchmark_accuracy.SERVER_KV`)."""
+BLOCK_GEMM_DATA = "per-tensor"
+"""``jaxsim import op-model --block-gemm-data`` for checkpoints whose dense GEMMs are fp8_block, always passed for them
+so the import cache tells the two apart (other imports and their cache keys are unchanged). The importer's default;
+scripts/benchmark_accuracy.py --block-gemm-data sets it."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode", "--precision-fallback")
 
@@ -208,6 +212,21 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     return got, ""
 
 
+_GEMM_MODES: dict[str, str] = {}
+
+
+def _checkpoint_gemm(model: str) -> str:
+    """The checkpoint's own GEMM precision as the op model reads it ("" where it cannot)."""
+    from jaxsim.importers.op_model import checkpoint_modes
+
+    if model not in _GEMM_MODES:
+        try:
+            _GEMM_MODES[model] = checkpoint_modes(model)["gemm_quant_mode"]
+        except Exception:  # noqa: BLE001 - the import itself reports the refusal
+            _GEMM_MODES[model] = ""
+    return _GEMM_MODES[model]
+
+
 def cell_profile(work: Path, key: tuple, rows: list[dict]) -> tuple[Path | None, tuple, dict, str]:
     """(imported profile dir or None, layout, per-row base fields, refusal) of one cell (import cached)."""
     from jaxsim.importers.op_model import _model_config  # the catalogue the importer reads
@@ -230,7 +249,10 @@ def cell_profile(work: Path, key: tuple, rows: list[dict]) -> tuple[Path | None,
         env += ["--kv-cache-dtype", SERVER_KV_CACHE_DTYPE[model_row]]
     reasons, profile, how, seconds = [], None, "", 0.0
     for how_, model_, quant in quant_candidates(model, gemm, moe_label, moe):
-        profile, err, seconds = _import(work, model_, system, layout_args(lay, moe) + env + quant)
+        extra = []
+        if "--gemm-quant-mode" not in quant and _checkpoint_gemm(model_) == "fp8_block":
+            extra = ["--block-gemm-data", BLOCK_GEMM_DATA]
+        profile, err, seconds = _import(work, model_, system, layout_args(lay, moe) + env + quant + extra)
         if profile is not None:
             how = how_ if how_ == "label" else f"{how_} ({model_})"
             break

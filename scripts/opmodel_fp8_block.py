@@ -3,8 +3,11 @@ checkpoint with per-tensor FP8 data instead is a defensible choice (issue #23; d
 
 1. One decode step of MiniMax-M2.5 on B200 TP2 at batch 4 (1024/1024 at concurrency 4, mean context ~1536), priced
    with the checkpoint's fp8_block precision and with per-tensor fp8 for the dense GEMMs and/or the MoE, and its
-   largest ops (``decode_step_per_op``).
-2. The op model's GEMM silicon data at decode size (m = 4, k = 3072) per kernel on h200_sxm and b200_sxm.
+   largest ops (``decode_step_per_op``); the checkpoint's dense fp8_block GEMMs priced with the collected fp8_block
+   GEMM data and with the per-tensor fp8 GEMM data (``jaxsim import op-model --block-gemm-data``, default per-tensor).
+2. The op model's GEMM silicon data at decode size (m = 4, k = 3072) per kernel on h200_sxm and b200_sxm; then, for
+   every GPU with fp8_block GEMM data, its smallest GEMMs per precision (the block tables' host-bound floor) and the
+   fp8_block / per-tensor fp8 ratio by GEMM size (about 1 where the block table is kernel-bound).
 3. The choice judged on the GPUs fitting may use (h100_sxm / h200_sxm rows only; B200/B300/GB200 are held out):
    aiconfigurator's own vLLM aggregated TPOT for the sample's fp8_block-checkpoint rows priced at the checkpoint's
    fp8_block and at per-tensor fp8 (the rows' labels), median absolute error against the measured TPOT.
@@ -27,11 +30,13 @@ def step_breakdown() -> None:
 
     r = om.resolve_request(om.OpModelRequest("MiniMaxAI/MiniMax-M2.5", "b200_sxm", (2,), max_num_seqs=16, max_model_len=2048))
     print("1. MiniMax-M2.5 b200_sxm TP2, one decode step at batch 4, context 1536 (ms)")
-    for gemm, moe in ((None, None), (None, "fp8"), ("fp8", None), ("fp8", "fp8")):
-        e = om.Engine(r.req.model, "b200_sxm", r.backend_version, 2, gemm=gemm, kv=None, fmha=None, moe=moe)
+    for gemm, moe, data in ((None, None, "collected"), (None, None, "per-tensor"), (None, "fp8", "collected"), ("fp8", None, "collected"),
+                            ("fp8", "fp8", "collected")):
+        e = om.Engine(r.req.model, "b200_sxm", r.backend_version, 2, gemm=gemm, kv=None, fmha=None, moe=moe, block_gemm_data=data)
         per = e.handle.decode_step_per_op(4, 1536, 0)
         top = sorted(((name, ms) for name, ms, *_ in per), key=lambda x: -x[1])[:3]
-        print(f"   gemm {e.gemm:9s} moe {e.moe:9s}: {e.decode_ms(4, 1536):6.2f}   largest ops: "
+        how = f"{e.gemm} ({data} data)" if e.gemm == "fp8_block" else e.gemm
+        print(f"   gemm {how:28s} moe {e.moe:9s}: {e.decode_ms(4, 1536):6.2f}   largest ops: "
               + ", ".join(f"{n} {ms:.2f}" for n, ms in top))
 
 
@@ -46,6 +51,33 @@ def gemm_data() -> None:
         q = t[(t.m == 4) & (t.k == 3072) & (t.n >= 768)]
         med = q.groupby("kernel_source").latency.median().round(4)
         print(f"   {system}: " + ", ".join(f"{k} {v}" for k, v in med.items()))
+
+
+def block_tables() -> None:
+    """The numbers behind jaxsim.importers.op_model.BLOCK_GEMM_DATA: each vLLM GEMM table's smallest GEMMs, and the
+    fp8_block / per-tensor fp8 latency ratio by size (FLOP = 2 m n k) at the shapes both tables hold."""
+    import aiconfigurator_core
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    print("2b. smallest GEMMs (m <= 16, n, k <= 1024): min / median latency (us) per precision; fp8_block / fp8 ratio p10/p50/p90 by FLOP")
+    for f in sorted(root.glob("*/gemm/vllm/*/gemm_perf.parquet")):
+        t = pq.read_table(f).to_pandas()
+        if "fp8_block" not in set(t.gemm_dtype):
+            continue
+        small = t[(t.m <= 16) & (t.n <= 1024) & (t.k <= 1024)]
+        floors = ", ".join(f"{d} {g.latency.min() * 1e3:.0f}/{g.latency.median() * 1e3:.0f}" for d, g in small.groupby("gemm_dtype"))
+        per = t[t.gemm_dtype == "fp8"].set_index(["m", "n", "k"]).latency
+        blk = t[t.gemm_dtype == "fp8_block"].groupby(["m", "n", "k"]).latency.min()
+        ratio = (blk / per).dropna()
+        flop = np.array([2.0 * m * n * k for m, n, k in ratio.index])
+        parts = []
+        for lo, hi in ((0, 1e10), (1e10, 1e12), (1e12, np.inf)):
+            r = ratio.to_numpy()[(flop >= lo) & (flop < hi)]
+            if r.size:
+                parts.append(f"[{lo:.0e}, {hi:.0e}) " + "/".join(f"{x:.2f}" for x in np.percentile(r, [10, 50, 90])))
+        print(f"   {f.relative_to(root).parts[0]}: {floors}; ratio {'; '.join(parts)}")
 
 
 def in_sample() -> None:
@@ -78,6 +110,7 @@ def main() -> int:
     logging.disable(logging.WARNING)
     step_breakdown()
     gemm_data()
+    block_tables()
     in_sample()
     return 0
 

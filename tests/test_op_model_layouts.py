@@ -346,3 +346,61 @@ def test_precision_fallback_prices_unpriceable_block_moe_weights_per_tensor_and_
     a = pq.read_table(out / "fpm_forward_perf.parquet").to_pandas()
     b = pq.read_table(plain / "fpm_forward_perf.parquet").to_pandas()
     assert np.array_equal(a[a.tp == 4].latency_ms.to_numpy(), b.latency_ms.to_numpy())
+
+
+# ----------------------------------------------------------------------------------------------------
+# --block-gemm-data: which GEMM table prices a block-scaled FP8 checkpoint's dense GEMMs
+
+
+def test_block_gemm_data_per_tensor_reprices_only_the_dense_fp8_block_gemms_and_says_so(tmp_path):
+    """MiniMax-M2.5 (fp8_block GEMMs and MoE) on b200_sxm TP2: per-tensor data (the default) changes the dense GEMM ops
+    only, lowers the small-batch decode rows (the collected block table is host-bound there), keeps the identity and
+    states it; --block-gemm-data collected prices them as aiconfigurator does."""
+    from jaxsim.importers import op_model as om
+
+    collected, per_tensor = tmp_path / "c", tmp_path / "p"
+    s_c = _import(collected, "MiniMaxAI/MiniMax-M2.5", "b200_sxm", "--tp", "2", "--block-gemm-data", "collected")
+    r = runner.invoke(app, ["import", "op-model", "MiniMaxAI/MiniMax-M2.5", "--system", "b200_sxm", "--tp", "2", "--output",
+                            str(per_tensor), "--json", *SMALL])
+    assert r.exit_code == 0, r.output
+    notes = [x for x in r.output.splitlines() if x.startswith("note: GEMM data:")]
+    assert len(notes) == 1 and "fp8_block dense GEMMs (4 op kinds) are priced with the op model's per-tensor fp8" in notes[0]
+    s_p = json.loads(r.output[r.output.index("{"):])
+    (c,), (p,) = s_c["cells"], s_p["cells"]
+    assert (p["gemm_quant_mode"], p["moe_quant_mode"]) == (c["gemm_quant_mode"], c["moe_quant_mode"]) == ("fp8_block", "fp8_block")
+    assert "block_gemm_data" in p and "block_gemm_data" not in c
+    assert p["kv_pool_bytes"] == c["kv_pool_bytes"]  # memory is not the GEMM table's
+    prof = load_profile_dir(per_tensor).profile
+    assert prof.provenance.count("GEMM DATA: tp=2") == 1 and "GEMM DATA" not in load_profile_dir(collected).profile.provenance
+    assert runner.invoke(app, ["profiles", "validate", str(per_tensor)]).exit_code == 0
+    a = pq.read_table(collected / "fpm_forward_perf.parquet").to_pandas()
+    b = pq.read_table(per_tensor / "fpm_forward_perf.parquet").to_pandas()
+    keys = ["workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens"]
+    m = a.merge(b, on=keys, suffixes=("_c", "_p"))
+    assert len(m) == len(a) == len(b)
+    dec = m[(m.workload_kind == "decode") & (m.batch_size <= 8)]
+    assert len(dec) > 100
+    # 124 host-bound GEMMs a step at 0.15-0.2 ms each: the collected rows are at least 2x the per-tensor ones
+    assert (dec.latency_ms_c > 2.0 * dec.latency_ms_p).all()
+    # the op-level change: only Gemm ops, only fp8_block ones, in both phases
+    spec = {"context_ops": [{"Gemm": {"quant_mode": "fp8_block"}}, {"Moe": {"quant_mode": "fp8_block"}}],
+            "generation_ops": [{"Gemm": {"quant_mode": "bfloat16"}}, {"Gemm": {"quant_mode": "fp8_block"}}]}
+    out, n = om.price_block_gemms_per_tensor(json.dumps(spec))
+    assert n == 2 and json.loads(out) == {
+        "context_ops": [{"Gemm": {"quant_mode": "fp8"}}, {"Moe": {"quant_mode": "fp8_block"}}],
+        "generation_ops": [{"Gemm": {"quant_mode": "bfloat16"}}, {"Gemm": {"quant_mode": "fp8"}}]}
+
+
+def test_block_gemm_data_leaves_other_checkpoints_unchanged_and_refuses_unknown_values(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _import(a, "Qwen/Qwen3-32B", "h200_sxm", "--tp", "1", "--block-gemm-data", "collected")
+    s = _import(b, "Qwen/Qwen3-32B", "h200_sxm", "--tp", "1")
+    assert "block_gemm_data" not in s["cells"][0]
+    assert np.array_equal(pq.read_table(a / "fpm_forward_perf.parquet").column("latency_ms").to_numpy(),
+                          pq.read_table(b / "fpm_forward_perf.parquet").column("latency_ms").to_numpy())
+    out = tmp_path / "bad"
+    r = runner.invoke(app, ["import", "op-model", "Qwen/Qwen3-32B", "--system", "h200_sxm", "--output", str(out), "--block-gemm-data",
+                            "fastest", *SMALL])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and "--block-gemm-data 'fastest': expected one of per-tensor, collected" in lines[0]
+    assert not out.exists()

@@ -229,6 +229,12 @@ def register(app: typer.Typer) -> None:
             help="Where the op model cannot price the checkpoint's block-quantised MoE weights at a layout (fp8_block whose block "
             "does not divide the per-rank MoE width), price them with its per-tensor fp8 data (stated in provenance, printed).",
         ),
+        block_gemm_data: str = typer.Option(
+            "per-tensor", "--block-gemm-data",
+            help="Dense GEMMs of a block-scaled FP8 (fp8_block) checkpoint: price them with the op model's per-tensor fp8 GEMM data "
+            "(per-tensor, the default: its fp8_block GEMM data is host-bound at decode sizes, 55-250 us per GEMM) or with that "
+            "collected fp8_block data (collected, as aiconfigurator does). Stated in provenance and printed.",
+        ),
         list_models: bool = typer.Option(False, "--list-models", help="List the op model's models and exit."),
         list_systems: bool = typer.Option(False, "--list-systems", help="List the op model's systems and exit."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
@@ -250,13 +256,15 @@ def register(app: typer.Typer) -> None:
             moe_quant_mode=moe_quant_mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch, max_model_len=max_model_len,
             num_draft_tokens=nextn, draft_config=draft_config, layouts=om.parse_layouts(layout) if layout else (),
-            precision_fallback=precision_fallback,
+            precision_fallback=precision_fallback, block_gemm_data=block_gemm_data,
         )
         result = om.import_op_model(req)
         om.write_op_model(output, result, force=True)
         for c in result.cells:
             if c.fallback:
                 typer.echo(f"warning: precision fallback: {c.fallback}", err=True)
+            if c.block_gemm_note:
+                typer.echo(f"note: GEMM data: {c.block_gemm_note}", err=True)
         summary = {"output": str(output), **result.summary}
         if as_json:
             typer.echo(json.dumps(summary, indent=1))

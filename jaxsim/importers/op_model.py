@@ -90,6 +90,23 @@ silicon sample's rows this way: with their ``fp8`` labels."""
 UNPRICEABLE_BLOCK = "Invalid quantized MoE configuration"
 
 
+BLOCK_GEMM_DATA = ("per-tensor", "collected")
+"""``--block-gemm-data``: which of the op model's GEMM silicon tables prices the dense GEMMs of a block-scaled FP8
+checkpoint (``fp8_block`` GEMM ops: attention projections and other dense layers; the MoE experts keep their own
+fp8_block MoE data, which is not host-bound). ``per-tensor`` (the default): its per-tensor fp8 GEMM table.
+``collected``: its fp8_block GEMM table, as aiconfigurator prices them.
+
+Why per-tensor: the fp8_block GEMM tables of aiconfigurator-core 0.12.0 are host-bound at decode sizes. The smallest
+GEMMs (m <= 16, n, k <= 1024) take 55 us on h100_sxm/h200_sxm and 150-250 us on Blackwell against 4-7 us per-tensor
+(a 32 x 32 x 32 GEMM: 0.16 ms on b200_sxm), while vLLM runs decode passes in CUDA graphs, where no host cost is paid per
+kernel. Where the block tables are kernel-bound (>= 1e12 FLOP) the two tables agree (median ratio 0.99 on b200_sxm and
+h200_sxm, p10-p90 0.8-1.2). On the silicon sample's rows of the GPUs the overhead is fitted on (h100_sxm, h200_sxm;
+516 rows) jaxsim's TPOT median / p90 abs error is 11.1 / 31.2 % with per-tensor data and 10.3 / 42.4 % with the
+collected data (docs/accuracy.md). ``scripts/opmodel_fp8_block.py`` shows the data."""
+DEFAULT_BLOCK_GEMM_DATA = BLOCK_GEMM_DATA[0]
+BLOCK_GEMM_MODE, BLOCK_GEMM_PRICED_AS = "fp8_block", "fp8"
+
+
 class OpModelError(JaxsimError):
     """Bad input for the op-model importer (one line, exit 2)."""
 
@@ -263,6 +280,7 @@ class OpModelRequest:
     moe_quant_mode: str | None = None
     layouts: tuple[ParallelLayout, ...] = ()
     precision_fallback: bool = False  # --precision-fallback: see PRECISION_FALLBACK
+    block_gemm_data: str = DEFAULT_BLOCK_GEMM_DATA  # --block-gemm-data: see BLOCK_GEMM_DATA
 
     @property
     def all_layouts(self) -> tuple[ParallelLayout, ...]:
@@ -377,6 +395,8 @@ def _check_options(req: OpModelRequest) -> None:
                           ("--kv-cache-dtype", req.kv_cache_dtype, KV_CACHE_DTYPES)):
         if v is not None and v not in names:
             raise OpModelError(f"{opt} {v!r}: expected one of {', '.join(names)}")
+    if req.block_gemm_data not in BLOCK_GEMM_DATA:
+        raise OpModelError(f"--block-gemm-data {req.block_gemm_data!r}: expected one of {', '.join(BLOCK_GEMM_DATA)}")
     if not 0.0 < req.gpu_memory_utilization <= 1.0:
         raise OpModelError(f"--gpu-memory-utilization must be in (0, 1] (got {req.gpu_memory_utilization})")
     for name, v, kind in (("--max-num-seqs", req.max_num_seqs, "op_model_seqs"),
@@ -467,7 +487,8 @@ class Engine:
     """One compiled op-model engine (model, system, version, parallel layout, precisions)."""
 
     def __init__(self, model_path: str, system: str, version: str, tp: int, *, gemm: str | None, kv: str | None,
-                 fmha: str | None, nextn: int = 0, moe_tp: int | None = None, moe_ep: int = 1, moe: str | None = None, dp: int = 1):
+                 fmha: str | None, nextn: int = 0, moe_tp: int | None = None, moe_ep: int = 1, moe: str | None = None, dp: int = 1,
+                 block_gemm_data: str = DEFAULT_BLOCK_GEMM_DATA):
         engine, _, perf_database = _aic()
         from aiconfigurator_core.sdk.config_builders import (
             apply_nextn,
@@ -491,6 +512,9 @@ class Engine:
         spec = engine.build_engine_spec_json(self.model, model_path=model_path, system=system, backend=BACKEND,
                                              backend_version=version, kv_block_size=None, systems_path=None,
                                              nextn=cfg.nextn, database=database)
+        self.block_gemms_repriced = 0
+        if block_gemm_data == "per-tensor":
+            spec, self.block_gemms_repriced = price_block_gemms_per_tensor(spec)
         import aiconfigurator_core
 
         self.nextn = int(nextn)
@@ -509,6 +533,21 @@ class Engine:
     def prefill_ms(self, batch: int, new_tokens: int, prefix: int) -> float:
         """One prefill pass: ``batch`` requests each with ``new_tokens`` new and ``prefix`` cached tokens."""
         return float(self.handle.predict_prefill_latency(int(batch), int(new_tokens + prefix), int(prefix)))
+
+
+def price_block_gemms_per_tensor(spec_json: str) -> tuple[str, int]:
+    """An op-model engine spec whose dense ``fp8_block`` GEMM ops are priced from the per-tensor ``fp8`` GEMM table
+    (:data:`BLOCK_GEMM_DATA`), and how many op kinds were changed. Only ``Gemm`` ops: attention, MoE and
+    communication ops keep their own precisions and tables."""
+    spec = json.loads(spec_json)
+    n = 0
+    for key in ("context_ops", "generation_ops"):
+        for op in spec.get(key, ()):
+            gemm = op.get("Gemm") if isinstance(op, dict) else None
+            if gemm is not None and gemm.get("quant_mode") == BLOCK_GEMM_MODE:
+                gemm["quant_mode"] = BLOCK_GEMM_PRICED_AS
+                n += 1
+    return (json.dumps(spec) if n else spec_json), n
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -530,6 +569,7 @@ class CellResult:
     seconds: float
     queries: int
     fallback: str = ""  # the precision fallback taken for this layout (empty: none), as provenance states it
+    block_gemm_note: str = ""  # --block-gemm-data per-tensor, where it changed an op (empty: none)
 
     @property
     def tp(self) -> int:
@@ -630,7 +670,8 @@ def _price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
     req = r.req
     mtp = bool(req.num_draft_tokens) and r.draft_dir is None
     eng = Engine(req.model, req.system, r.backend_version, lay.tp, gemm=req.gemm_quant_mode, kv=req.kv_cache_dtype, fmha=None,
-                 nextn=req.num_draft_tokens if mtp else 0, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, moe=req.moe_quant_mode, dp=lay.dp)
+                 nextn=req.num_draft_tokens if mtp else 0, moe_tp=lay.moe_tp, moe_ep=lay.moe_ep, moe=req.moe_quant_mode, dp=lay.dp,
+                 block_gemm_data=req.block_gemm_data)
     where = f"{req.model} {lay.describe()} on {req.system}"
     geo = kv_geometry(eng.model.get_kvcache_bytes_per_sequence, what=where, layers=layer_kinds(r.config))
     if geo.full_bytes_per_token < 1:
@@ -650,7 +691,14 @@ def _price_cell(r: ResolvedRequest, lay: Layout) -> CellResult:
         n += n_extra
     modes = {"gemm_quant_mode": eng.gemm, "kv_cache_dtype": eng.kv, "fmha_quant_mode": eng.fmha,
              "moe_quant_mode": eng.moe, "comm_quant_mode": eng.comm}
-    return CellResult(lay, rows, lat_dec, geo, res, mem, gpu_bytes, modes, time.perf_counter() - t0, n)
+    note = ""
+    if eng.block_gemms_repriced:
+        note = (f"{lay.describe()}: the checkpoint's {BLOCK_GEMM_MODE} dense GEMMs ({eng.block_gemms_repriced} op kinds) are priced "
+                f"with the op model's per-tensor {BLOCK_GEMM_PRICED_AS} GEMM data (--block-gemm-data per-tensor, the default: its "
+                f"{BLOCK_GEMM_MODE} GEMM tables are host-bound at decode sizes, jaxsim.importers.op_model.BLOCK_GEMM_DATA; "
+                f"--block-gemm-data collected prices them as aiconfigurator does); the deployment records gemm_quant_mode "
+                f"{eng.gemm}, the checkpoint's")
+    return CellResult(lay, rows, lat_dec, geo, res, mem, gpu_bytes, modes, time.perf_counter() - t0, n, block_gemm_note=note)
 
 
 def pool_tokens_at(geo: KvGeometry, pool_bytes: int, batch: int) -> int:
@@ -801,6 +849,7 @@ def _table(r: ResolvedRequest, dep: Deployment, c: CellResult, rev: str) -> dict
 def _provenance(r: ResolvedRequest, rev: str, cells: Sequence[CellResult] = ()) -> str:
     req = r.req
     fallbacks = "".join(f" PRECISION FALLBACK: {c.fallback}." for c in cells if c.fallback)
+    fallbacks += "".join(f" GEMM DATA: {c.block_gemm_note}." for c in cells if c.block_gemm_note)
     spec = ""
     if req.num_draft_tokens and r.draft_dir is None:
         spec = (
@@ -863,6 +912,7 @@ def _summary(r: ResolvedRequest, cells: Sequence[CellResult]) -> dict:
             "kv_geometry": c.geometry.describe(), "max_sequences_at_max_model_len": c.pool_bytes // c.geometry.sequence_bytes(r.max_model_len),
             "gpu_memory_bytes": c.gpu_memory_bytes, **c.memory, **c.engine_modes,
             **({"precision_fallback": c.fallback} if c.fallback else {}),
+            **({"block_gemm_data": c.block_gemm_note} if c.block_gemm_note else {}),
         })
     return out
 
