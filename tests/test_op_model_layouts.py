@@ -373,6 +373,10 @@ def test_block_gemm_data_per_tensor_reprices_only_the_dense_fp8_block_gemms_and_
     prof = load_profile_dir(per_tensor).profile
     assert prof.provenance.count("GEMM DATA: tp=2") == 1 and "GEMM DATA" not in load_profile_dir(collected).profile.provenance
     assert runner.invoke(app, ["profiles", "validate", str(per_tensor)]).exit_code == 0
+    table = runner.invoke(app, ["import", "op-model", "MiniMaxAI/MiniMax-M2.5", "--system", "b200_sxm", "--tp", "2", "--output",
+                                str(tmp_path / "t"), *SMALL])
+    assert table.exit_code == 0, table.output
+    assert "gemm fp8_block (priced with per-tensor fp8 GEMM data) / moe fp8_block" in " ".join(table.output.replace("│", " ").split())
     a = pq.read_table(collected / "fpm_forward_perf.parquet").to_pandas()
     b = pq.read_table(per_tensor / "fpm_forward_perf.parquet").to_pandas()
     keys = ["workload_kind", "batch_size", "total_prefill_tokens", "total_kv_read_tokens"]

@@ -275,5 +275,6 @@ def register(app: typer.Typer) -> None:
                                                                      f" ({c['cache_layout']}: {c['kv_geometry']})")
                 lines.append((c["layout"], f"{c['decode_rows']} decode rows ({c['decode_curves']} curves), {c['prefill_rows']} "
                               f"prefill rows, KV pool {pool}, {c['max_sequences_at_max_model_len']:,} max-length sequences, "
-                              f"gemm {c['gemm_quant_mode']} / moe {c['moe_quant_mode']} / kv {c['kv_cache_dtype']}, {c['seconds']} s"))
+                              f"gemm {c['gemm_quant_mode']}{' (priced with per-tensor fp8 GEMM data)' if 'block_gemm_data' in c else ''} / "
+                              f"moe {c['moe_quant_mode']} / kv {c['kv_cache_dtype']}, {c['seconds']} s"))
             _print_summary(f"Imported op model {model} on {system} -> {output}", lines)
