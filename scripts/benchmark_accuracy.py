@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import opmodel_coverage as cov  # noqa: E402
 
+from jaxsim.importers.op_model import BLOCK_GEMM_DATA, DEFAULT_BLOCK_GEMM_DATA  # noqa: E402
 from jaxsim.overhead import fit_overhead  # noqa: E402
 
 FIT_SYSTEMS = ("h100_sxm", "h200_sxm")
@@ -255,7 +256,7 @@ def main() -> int:
     ap.add_argument("--per-family", action="store_true",
                     help="with --one-sweep: one jaxsim sweep per model family (times summed): a sweep holds every profile's padded tables, "
                          "about 0.2 GB each, so the whole sample in one sweep needs about 16 GB")
-    ap.add_argument("--block-gemm-data", choices=("per-tensor", "collected"), default="per-tensor",
+    ap.add_argument("--block-gemm-data", choices=BLOCK_GEMM_DATA, default=DEFAULT_BLOCK_GEMM_DATA,
                     help="jaxsim import op-model --block-gemm-data for the fp8_block checkpoints (the importer's default, per-tensor; "
                          "collected: their results are cached apart)")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
@@ -278,7 +279,7 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     cov.BENCHMARK, cov.EVALUATE, cov.SERVER_KV_CACHE_DTYPE = BENCHMARK, args.evaluate, SERVER_KV
     cov.BLOCK_GEMM_DATA = args.block_gemm_data
-    tag = "" if args.block_gemm_data == "per-tensor" else f"-block-gemm-{args.block_gemm_data}"
+    tag = "" if args.block_gemm_data == DEFAULT_BLOCK_GEMM_DATA else f"-block-gemm-{args.block_gemm_data}"
     name = "bench-rows.jsonl" if args.evaluate == "steady" else f"bench-rows-{args.evaluate}.jsonl"
     name = name.replace(".jsonl", f"{tag}.jsonl")
     results = _load(args.work / name)

@@ -61,10 +61,10 @@ EVALUATE = "steady"
 SERVER_KV_CACHE_DTYPE: dict[str, str] = {}
 """Model id -> the KV-cache dtype its benchmark's server ran with (``--kv-cache-dtype``); a model not listed is imported
 with its checkpoint's. Set by scripts/benchmark_accuracy.py to the sample's protocol (:data:`benchmark_accuracy.SERVER_KV`)."""
-BLOCK_GEMM_DATA = "per-tensor"
+BLOCK_GEMM_DATA: str | None = None
 """``jaxsim import op-model --block-gemm-data`` for checkpoints whose dense GEMMs are fp8_block, always passed for them
-so the import cache tells the two apart (other imports and their cache keys are unchanged). The importer's default;
-scripts/benchmark_accuracy.py --block-gemm-data sets it."""
+so the import cache tells the two apart (other imports and their cache keys are unchanged). None: the importer's
+default. scripts/benchmark_accuracy.py --block-gemm-data sets it."""
 QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing for", "quant mode", "MissingSystemFlops",
                  "--gemm-quant-mode", "--moe-quant-mode", "--precision-fallback")
 
@@ -251,7 +251,9 @@ def cell_profile(work: Path, key: tuple, rows: list[dict]) -> tuple[Path | None,
     for how_, model_, quant in quant_candidates(model, gemm, moe_label, moe):
         extra = []
         if "--gemm-quant-mode" not in quant and _checkpoint_gemm(model_) == "fp8_block":
-            extra = ["--block-gemm-data", BLOCK_GEMM_DATA]
+            from jaxsim.importers.op_model import DEFAULT_BLOCK_GEMM_DATA
+
+            extra = ["--block-gemm-data", BLOCK_GEMM_DATA or DEFAULT_BLOCK_GEMM_DATA]
         profile, err, seconds = _import(work, model_, system, layout_args(lay, moe) + env + quant + extra)
         if profile is not None:
             how = how_ if how_ == "label" else f"{how_} ({model_})"

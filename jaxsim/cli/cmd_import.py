@@ -229,8 +229,8 @@ def register(app: typer.Typer) -> None:
             help="Where the op model cannot price the checkpoint's block-quantised MoE weights at a layout (fp8_block whose block "
             "does not divide the per-rank MoE width), price them with its per-tensor fp8 data (stated in provenance, printed).",
         ),
-        block_gemm_data: str = typer.Option(
-            "per-tensor", "--block-gemm-data",
+        block_gemm_data: str | None = typer.Option(
+            None, "--block-gemm-data",
             help="Dense GEMMs of a block-scaled FP8 (fp8_block) checkpoint: price them with the op model's per-tensor fp8 GEMM data "
             "(per-tensor, the default: its fp8_block GEMM data is host-bound at decode sizes, 55-250 us per GEMM) or with that "
             "collected fp8_block data (collected, as aiconfigurator does). Stated in provenance and printed.",
@@ -256,7 +256,8 @@ def register(app: typer.Typer) -> None:
             moe_quant_mode=moe_quant_mode, gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens, max_prefill_batch=max_prefill_batch, max_model_len=max_model_len,
             num_draft_tokens=nextn, draft_config=draft_config, layouts=om.parse_layouts(layout) if layout else (),
-            precision_fallback=precision_fallback, block_gemm_data=block_gemm_data,
+            precision_fallback=precision_fallback,
+            **({"block_gemm_data": block_gemm_data} if block_gemm_data is not None else {}),  # None: the importer's default
         )
         result = om.import_op_model(req)
         om.write_op_model(output, result, force=True)
@@ -273,8 +274,9 @@ def register(app: typer.Typer) -> None:
             for c in result.summary["cells"]:
                 pool = f"{c['kv_pool_bytes'] / 2**30:,.2f} GiB" + (f" = {c['kv_pool_tokens']:,} tokens" if c["kv_pool_tokens"] else
                                                                      f" ({c['cache_layout']}: {c['kv_geometry']})")
+                priced = f" (priced with per-tensor {om.BLOCK_GEMM_PRICED_AS} GEMM data)" if "block_gemm_data" in c else ""
                 lines.append((c["layout"], f"{c['decode_rows']} decode rows ({c['decode_curves']} curves), {c['prefill_rows']} "
                               f"prefill rows, KV pool {pool}, {c['max_sequences_at_max_model_len']:,} max-length sequences, "
-                              f"gemm {c['gemm_quant_mode']}{' (priced with per-tensor fp8 GEMM data)' if 'block_gemm_data' in c else ''} / "
+                              f"gemm {c['gemm_quant_mode']}{priced} / "
                               f"moe {c['moe_quant_mode']} / kv {c['kv_cache_dtype']}, {c['seconds']} s"))
             _print_summary(f"Imported op model {model} on {system} -> {output}", lines)
