@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +181,7 @@ class _Pool:
 
 def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks,
                   num_draft_tokens, accept_rates, max_model_len, max_passes=100_000, max_concurrency=0,
-                  block_keys=None):
+                  block_keys=None, async_scheduling=False):
     """Replay ``trace`` (sorted by arrival) one request at a time; returns (per-request list, lookups,
     status).
 
@@ -196,7 +197,11 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     ``(length - 1) // block_size``: one token is always computed); a block is cached once a pass
     allocates it full of known prompt tokens, and stays cached after its holders release it until
     the pool hands it out again (blocks holding no cached hash first, then the least recently
-    released cached block)."""
+    released cached block).
+
+    ``async_scheduling`` (vLLM's ``--async-scheduling``): while a pass runs, the next one is already scheduled
+    (when the running one started), so while requests are running a pass admits only requests sent by the start
+    of the pass before it; with nothing running, those sent by its own start."""
     K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
     rates = np.asarray(accept_rates)[:K]
     assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
@@ -219,6 +224,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
             r.sent = r.arrival
     waiting, running, lookups = [], [], []
     now, passes, status = 0.0, 0, "completed"
+    last_start = -math.inf
     free = pool.free_count
 
     def keys(r, n):
@@ -249,7 +255,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     while pending or waiting or running:
         if passes >= max_passes:
             return reqs, lookups, "pass_limit"
-        while pending and pending[0].sent is not None and pending[0].sent <= now:
+        seen = last_start if (async_scheduling and running) else now  # the sends the scheduler has seen
+        while pending and pending[0].sent is not None and pending[0].sent <= seen:
             waiting.append(pending.pop(0))
         if not waiting and not running:
             if pending[0].sent is None:
@@ -355,7 +362,7 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
                     nxt = clients[completions + C]
                     nxt.sent = max(nxt.arrival, end)
                 completions += 1
-        now, passes = end, passes + 1
+        last_start, now, passes = now, end, passes + 1
     return reqs, lookups, status
 
 

@@ -84,7 +84,7 @@ def shared_prefix_scenarios(draw):
         max_num_batched_tokens=draw(hst.sampled_from([24, 64, 100, 256, 1024])), max_num_seqs=draw(hst.integers(1, 6)),
         block_size=bs, num_gpu_blocks=draw(hst.one_of(hst.integers(need, need + 12), hst.just(4000))), num_draft_tokens=0,
         accept_rates=np.zeros(5), max_model_len=draw(hst.sampled_from([4096, 300])),
-        max_concurrency=draw(hst.sampled_from([0, 0, 1, 2])),
+        max_concurrency=draw(hst.sampled_from([0, 0, 1, 2])), async_scheduling=draw(hst.booleans()),
     )
     return (np.cumsum(gaps) - gaps[0], prompts, outs, hashes, tbs), kw
 

@@ -395,3 +395,31 @@ def test_cli_replays_a_closed_loop_over_a_disaggregated_deployment(golden_setup,
     r = runner.invoke(app, ["replay", str(pd), "--trace", str(big), "--max-concurrency", "2", "--output", str(bad), "--no-progress"])
     assert r.exit_code == 2 and "request row 2" in r.stderr and "never fits the prefill pool" in r.stderr, r.output
     assert len(r.stderr.strip().splitlines()) == 1 and not bad.exists()
+
+
+def test_cli_async_scheduling_delays_a_busy_engines_admissions(golden_setup, tmp_path):
+    """async_scheduling = true in a role: a closed loop's TTFT grows (with spread lengths each next request is sent while
+    others run, and waits the pass scheduled ahead of its send), the summary says so, the first wave (sent to an idle engine) is unchanged; a non-boolean value is one
+    line naming the key, exit 2, nothing written (a real subprocess)."""
+    cfg, _ = golden_setup
+    text = cfg.read_text()
+    on = cfg.with_name("async.toml")
+    on.write_text(text.replace("[roles.aggregated]\n", "[roles.aggregated]\nasync_scheduling = true\n"))
+    out = {}
+    for name, path in (("sync", cfg), ("async", on)):
+        out[name] = tmp_path / f"{name}.parquet"
+        r = runner.invoke(app, ["replay", str(path), "--load", "closed:4", "--isl", "200", "--osl", "12", "--range-ratio", "0.5",
+                                "--output", str(out[name]), "--no-progress"])
+        assert r.exit_code == 0, r.output
+    sync, asyn = (pq.read_table(out[k]).to_pydict() for k in ("sync", "async"))
+    summaries = [json.loads(pq.read_schema(out[k]).metadata[b"jaxsim.replay.summary"])[0] for k in ("sync", "async")]
+    assert [s["async_scheduling"] for s in summaries] == [False, True]
+    assert summaries[1]["mean_ttft_ms"] > summaries[0]["mean_ttft_ms"]
+    assert sync["ttft_ms"][:4] == asyn["ttft_ms"][:4]  # the first wave: sent at t = 0 to an idle engine
+    bad = cfg.with_name("bad-async.toml")
+    bad.write_text(text.replace("[roles.aggregated]\n", '[roles.aggregated]\nasync_scheduling = "yes"\n'))
+    dest = tmp_path / "bad.parquet"
+    p = subprocess.run([sys.executable, "-m", "jaxsim", "replay", str(bad), "--load", "closed:4", "--isl", "200", "--osl", "12",
+                        "--output", str(dest)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2 and "async_scheduling" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and not dest.exists()

@@ -127,7 +127,7 @@ def _stretch_case(seed: int):
     seqs, blocks = int(g.integers(1, 9)), int(g.integers(8, 200))
     params = make_params(golden_table("ar_core"), max_num_batched_tokens=int(g.choice([16, 64, 128])), max_num_seqs=seqs, block_size=bs,
                          num_gpu_blocks=blocks, num_draft_tokens=0, accept_rates=np.zeros(5), max_model_len=1024,
-                         max_passes=int(g.choice([10**6, int(g.integers(5, 200))])))
+                         max_passes=int(g.choice([10**6, int(g.integers(5, 200))])), async_scheduling=bool(seed % 3 == 2))
     keys, num_keys = block_keys(trace.hash_ids, trace.input_tokens, tbs, bs)
     pk, _ = ce.prompt_keys(keys, num_keys, 64)
     pk = ce.PromptKeys(keys=jax.device_put(np.concatenate([np.asarray(pk.keys), np.zeros(512 - pk.keys.shape[0], np.int64)])), offset=pk.offset)
@@ -136,7 +136,8 @@ def _stretch_case(seed: int):
 
 def test_decode_stretches_equal_the_cached_engine_pass_by_pass():
     """Decode stretches of up to 8 passes change nothing but the loop steps: every per-request field, hit tokens,
-    status, pass count and timeline row equal the pass-by-pass run (random cases with evictions and pass limits)."""
+    status, pass count and timeline row equal the pass-by-pass run (random cases with evictions and pass limits;
+    every third with async scheduling)."""
     statuses, fewer = set(), 0
     for seed in range(24):
         params, rq, pk = _stretch_case(seed)

@@ -64,6 +64,7 @@ def scenarios(draw):
         max_model_len=draw(hst.sampled_from([4096, 420, 300])),
         max_concurrency=draw(hst.sampled_from([0, 0, 1, 2, 3])),
         max_passes=draw(hst.sampled_from([TIMELINE, TIMELINE, 37])),  # the whole pass record is compared
+        async_scheduling=draw(hst.booleans()),
     )
     materialized = draw(hst.lists(hst.booleans(), min_size=n, max_size=n)) if draw(hst.booleans()) else [False] * n
     trace = make_trace("random", np.cumsum(gaps) - gaps[0], prompts, outs, rebase=False)

@@ -334,21 +334,22 @@ def _candidate(consts, e: eng.EngineState, now_ms):
     return r, from_stack, from_stack | arrived
 
 
-def admit_waiting(p, consts, pk, shapes, w: _ListWalk, now_ms) -> _Admit:
-    """Without a preemption in the pass, waiting requests are admitted FCFS while ``max_num_seqs``, the budget and
+def admit_waiting(p, consts, pk, shapes, w: _ListWalk, visible_ms) -> _Admit:
+    """Without a preemption in the pass, waiting requests (those sent by ``visible_ms``:
+    :func:`jaxsim.replay.engine._visible_ms`) are admitted FCFS while ``max_num_seqs``, the budget and
     the free blocks allow: each first reads its leading cached blocks, then the whole known sequence's other
     blocks must fit beside the hit blocks nobody else holds (the waiting-queue loop of ``oracle_replay``)."""
     start = _Admit(s=w.s, sched=w.sched, budget=w.budget, admitted=jnp.zeros((), jnp.int64), blocked=w.preempted > 0)
 
     def going(a: _Admit):
         e = a.s.engine
-        _, _, waits = _candidate(consts, e, now_ms)
+        _, _, waits = _candidate(consts, e, visible_ms)
         # with the budget spent an attempt admits nothing and changes nothing (its prompt chunk would be 0 tokens)
         return waits & (e.num_running < p.max_num_seqs) & ~a.blocked & (a.budget > 0)
 
     def step(a: _Admit):
         s, e = a.s, a.s.engine
-        r, from_stack, _ = _candidate(consts, e, now_ms)
+        r, from_stack, _ = _candidate(consts, e, visible_ms)
         row = _row(s, r)
         length = row.length[0]
         keys = _keys(p, consts, pk, shapes, r, row.prompt_tokens[0])
@@ -460,7 +461,7 @@ def cache_pass(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys,
     now_ms = eng._clock(consts, e0)
     s = eqx.tree_at(lambda x: x.engine.now_ms, s, now_ms)
     walk = walk_running(p, consts, pk, shapes, s)
-    adm = admit_waiting(p, consts, pk, shapes, walk, now_ms)
+    adm = admit_waiting(p, consts, pk, shapes, walk, eng._visible_ms(p, e0, now_ms))
     s, sched = adm.s, adm.sched
     cost, rows, ready = _price(p, s, sched, now_ms)
     rows, done = _emit(s.engine, rows, ready, cost)
@@ -496,9 +497,10 @@ def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, walk: _List
         row = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS])
         timeline = timeline.at[e.passes].set(row, mode="drop")
     return eqx.tree_at(
-        lambda x: (x.engine.now_ms, x.engine.passes, x.engine.steps, x.engine.status, x.engine.num_done, x.engine.sent_ms,
+        lambda x: (x.engine.now_ms, x.engine.last_start_ms, x.engine.passes, x.engine.steps, x.engine.status, x.engine.num_done,
+                   x.engine.sent_ms,
                    x.engine.failed_query, x.engine.timeline), s,
-        (jnp.where(cost.unsupported, now_ms, cost.end_ms), e.passes + 1, e.steps + 1, status, num_done, sent_ms,
+        (jnp.where(cost.unsupported, now_ms, cost.end_ms), now_ms, e.passes + 1, e.steps + 1, status, num_done, sent_ms,
          jnp.where(cost.unsupported, cost.query, e.failed_query), timeline),
     )
 

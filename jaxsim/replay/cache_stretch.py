@@ -102,4 +102,4 @@ def commit_rows(s: eng.EngineState, x: CachedStretch) -> eng.EngineState:
     n = x.length
     advanced = plain.advanced_rows(x.rows, x.listed, x.generated[n], x.allocated_blocks[n], x.end_ms, n, eng._runtime_zero(s.passes))
     timeline = plain.stretch_timeline(s, x.start_ms, x.end_ms, n, x.decode_kv_tokens, x.used_blocks)
-    return plain.write_stretch(s, x.requests, x.listed, advanced, x.end_ms, n, timeline)
+    return plain.write_stretch(s, x.requests, x.listed, advanced, x.start_ms, x.end_ms, n, timeline)

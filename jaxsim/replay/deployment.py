@@ -34,13 +34,14 @@ class WorkerPool:
     replicas: int = 1
     state_blocks: int = 0  # fixed blocks every request holds (a grouped cache's window and state groups)
     prefix_caching: bool = True  # requests sharing a prompt prefix read its cached blocks (a trace with hash_ids)
+    async_scheduling: bool = False  # vLLM's async scheduling (a pass scheduled while the previous one runs); off: as the reference
 
     def params(self, nextn: int, accept_rates, max_passes: int, max_concurrency: int = 0) -> EngineParams:
         return make_params(
             self.table, max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
             block_size=self.block_size, num_gpu_blocks=self.num_gpu_blocks, num_draft_tokens=nextn,
             accept_rates=accept_rates, max_model_len=self.max_model_len, max_passes=max_passes,
-            max_concurrency=max_concurrency, state_blocks=self.state_blocks,
+            max_concurrency=max_concurrency, state_blocks=self.state_blocks, async_scheduling=bool(self.async_scheduling),
         )
 
 
@@ -127,6 +128,7 @@ def _pool_from_role(rb, block_size: int, context_length: int) -> WorkerPool:
         block_size=int(block_size), num_gpu_blocks=int(rb.blocks.num_gpu_blocks),
         max_model_len=min(int(rb.kv.context_length), int(context_length)), replicas=int(rb.replicas) * int(rb.role.dp),  # DP ranks
         state_blocks=int(rb.blocks.state_blocks), prefix_caching=bool(rb.role.prefix_caching),
+        async_scheduling=bool(rb.role.async_scheduling),
     )
 
 

@@ -123,6 +123,8 @@ class EngineParams(eqx.Module):
     max_passes: Int64[Array, ""]
     state_blocks: Int64[Array, ""]  # fixed blocks every request holds besides its tokens' (grouped caches; 0 when linear)
     max_concurrency: Int64[Array, ""]  # closed loop: at most this many requests in flight (0: open loop)
+    # vLLM's async scheduling: a pass is scheduled while the previous one runs (:func:`_visible_ms`); False: synchronous
+    async_scheduling: Bool[Array, ""]
 
 
 class ReplayResult(eqx.Module):
@@ -246,6 +248,7 @@ class EngineState(eqx.Module):
     and the per-pass timeline."""
 
     now_ms: Float64[Array, ""]
+    last_start_ms: Float64[Array, ""]  # when the last pass started (-inf: none yet); async scheduling's cut-off
     passes: Int64[Array, ""]
     steps: Int64[Array, ""]  # loop steps taken (jaxsim.replay.stretch.engine_step)
     status: Int32[Array, ""]
@@ -463,6 +466,19 @@ def _clock(consts: ReplayConstants, s: EngineState) -> Float64[Array, ""]:
     return jnp.where(idle & (s.next_arrival < consts.num_accepted), next_ms, s.now_ms)
 
 
+def _visible_ms(p: EngineParams, s: EngineState, now_ms: Float64[Array, ""]) -> Float64[Array, ""]:
+    """The latest send time the scheduler sees when it schedules the pass starting at ``now_ms``.
+
+    Synchronous (the reference, vLLM without async scheduling): the pass is scheduled when it starts, so every
+    request sent by ``now_ms`` may be admitted. Async scheduling (vLLM's ``--async-scheduling``; vLLM's engine
+    core keeps two batches in flight, ``step_with_batch_queue``): the pass is scheduled while the previous one
+    runs, right after that one started, so a request sent during a pass waits for the pass after the next. An
+    engine with nothing running (idle, or every request finished in the last pass) had nothing to schedule ahead
+    and schedules when the pass starts, as the synchronous one."""
+    ahead = p.async_scheduling & (s.num_running > 0)
+    return jnp.where(ahead, s.last_start_ms, now_ms)
+
+
 # ----------------------------------------------------------------------------------------------------
 # phase 1: schedule the running list, in order
 
@@ -546,7 +562,8 @@ def admit(
     from_stack = slot < running.stack_size
     stack_top_down = running.stack[jnp.clip(running.stack_size - 1 - slot, 0, num_slots - 1)]
     candidates = jnp.where(from_stack, stack_top_down, s.next_arrival + (slot - running.stack_size))
-    arrived = from_stack | (s.sent_ms[jnp.clip(candidates, 0, pad + num_slots - 1)] <= now_ms)
+    visible_ms = _visible_ms(p, s, now_ms)
+    arrived = from_stack | (s.sent_ms[jnp.clip(candidates, 0, pad + num_slots - 1)] <= visible_ms)
     candidates = jnp.where(arrived, candidates, pad)
     rows = s.requests.rows(candidates)
     materialized = arrived & rows.materialized
@@ -565,7 +582,7 @@ def admit(
     next_arrival = s.next_arrival + (num_admitted - resumed)
     # S slots below max_num_seqs, all taken, and a request still waiting: a larger capacity might have
     # admitted it. The pass is not applied; the replay continues at a larger S (replay.runner).
-    waiting = (stack_size > 0) | (s.sent_ms[next_arrival] <= now_ms)
+    waiting = (stack_size > 0) | (s.sent_ms[next_arrival] <= visible_ms)
     taken = running.num_kept + num_admitted >= num_slots
     slots_full = taken & (num_slots < p.max_num_seqs) & ~running.any_preempted & waiting
     return Admission(
@@ -746,7 +763,7 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     running, num_running = _next_running_list(s, record)
     num_done = s.num_done + jnp.sum(record.emission.done)
     small = dict(
-        now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), passes=s.passes + 1,
+        now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), last_start_ms=record.now_ms, passes=s.passes + 1,
         status=_pass_status(consts, s, record, num_done), num_done=num_done, num_running=num_running,
         peak_running=jnp.maximum(s.peak_running, record.scheduled.size), num_preempted=record.reservation.stack_size,
         next_arrival=record.admission.next_arrival, running=running,
@@ -910,7 +927,8 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
         first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
     state = EngineState(
-        now_ms=jnp.asarray(0.0), passes=jnp.asarray(0, jnp.int64), steps=jnp.asarray(0, jnp.int64),
+        now_ms=jnp.asarray(0.0), last_start_ms=jnp.asarray(-jnp.inf), passes=jnp.asarray(0, jnp.int64),
+        steps=jnp.asarray(0, jnp.int64),
         status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
         num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64),
         peak_running=jnp.asarray(0, jnp.int64), num_preempted=jnp.asarray(0, jnp.int64), next_arrival=jnp.asarray(0, jnp.int64),
@@ -1159,6 +1177,7 @@ def make_params(
     max_passes: int = 10_000_000,
     max_concurrency: int = 0,
     state_blocks: int = 0,
+    async_scheduling: bool = False,
 ) -> EngineParams:
     """Validated :class:`EngineParams` for one worker (plain Python checks before any jit)."""
     ints = dict(
@@ -1172,6 +1191,8 @@ def make_params(
         raise ValueError(f"max_concurrency={max_concurrency!r} must be an integer >= 0 (0: open loop)")
     if isinstance(state_blocks, bool) or int(state_blocks) != state_blocks or int(state_blocks) < 0:
         raise ValueError(f"state_blocks={state_blocks!r} must be an integer >= 0")
+    if not isinstance(async_scheduling, (bool, np.bool_)):
+        raise ValueError(f"async_scheduling={async_scheduling!r} must be true or false")
     k = int(num_draft_tokens)
     if not 0 <= k <= MAX_DRAFT_TOKENS:
         raise ValueError(f"num_draft_tokens={num_draft_tokens!r} must be within 0..{MAX_DRAFT_TOKENS}")
@@ -1185,6 +1206,7 @@ def make_params(
         block_size=i64(block_size), num_gpu_blocks=i64(num_gpu_blocks), num_draft_tokens=i64(k),
         accept_rates=jax.device_put(np.asarray(rates, np.float64)), max_model_len=i64(max_model_len), max_passes=i64(max_passes),
         max_concurrency=i64(max_concurrency), state_blocks=i64(state_blocks),
+        async_scheduling=jax.device_put(np.bool_(async_scheduling)),
     )
 
 

@@ -484,7 +484,8 @@ def _cache_summary(job: _Job, req: dict) -> dict:
     done = req["terminal"] == TERMINAL_NAMES[DONE]
     hit, total = float(np.sum(req["cache_hit_tokens"][done])), float(np.sum(req["input_tokens"][done]))
     return {"prefix_caching": prefix_caching_mode(job.config, job.trace), "cache_hit_tokens": hit,
-            "prefix_hit_ratio": hit / total if total else 0.0}
+            "prefix_hit_ratio": hit / total if total else 0.0,
+            "async_scheduling": any(pool.async_scheduling for pool in job.config.pools)}
 
 
 def _replicas(job: _Job) -> np.ndarray:

@@ -187,7 +187,7 @@ def commit_stretch(p: eng.EngineParams, s: eng.EngineState, plan: StretchPlan) -
     allocated = jnp.where(n > 0, plan.allocated_blocks[last], rows.allocated_blocks)
     advanced = advanced_rows(rows, plan.listed, plan.generated[n], allocated, plan.end_ms, n, eng._runtime_zero(s.passes))
     timeline = stretch_timeline(s, plan.start_ms, plan.end_ms, n, plan.decode_kv_tokens, jnp.sum(plan.allocated_blocks[:-1], axis=1))
-    return write_stretch(s, plan.requests, plan.listed, advanced, plan.end_ms, n, timeline)
+    return write_stretch(s, plan.requests, plan.listed, advanced, plan.start_ms, plan.end_ms, n, timeline)
 
 
 def advanced_rows(rows: eng.RequestState, listed, generated, allocated_blocks, end_ms, n, zero) -> eng.RequestState:
@@ -208,12 +208,15 @@ def advanced_rows(rows: eng.RequestState, listed, generated, allocated_blocks, e
     )
 
 
-def write_stretch(s: eng.EngineState, requests, listed, advanced: eng.RequestState, end_ms, n, timeline) -> eng.EngineState:
-    """``s`` with the running rows ``advanced``, the clock at the last pass's end, ``n`` more passes and ``timeline``."""
+def write_stretch(s: eng.EngineState, requests, listed, advanced: eng.RequestState, start_ms, end_ms, n, timeline) -> eng.EngineState:
+    """``s`` with the running rows ``advanced``, the clock at the last pass's end (and its start), ``n`` more passes
+    and ``timeline``."""
     index = jnp.where(listed & (n > 0), requests, s.requests.num_rows)
+    last = jnp.maximum(n - 1, 0)
     return eqx.tree_at(
-        lambda t: (t.requests, t.now_ms, t.passes, t.timeline), s,
-        (s.requests.write(index, advanced), jnp.where(n > 0, end_ms[jnp.maximum(n - 1, 0)], s.now_ms), s.passes + n, timeline),
+        lambda t: (t.requests, t.now_ms, t.last_start_ms, t.passes, t.timeline), s,
+        (s.requests.write(index, advanced), jnp.where(n > 0, end_ms[last], s.now_ms), jnp.where(n > 0, start_ms[last], s.last_start_ms),
+         s.passes + n, timeline),
     )
 
 

@@ -72,6 +72,7 @@ class RoleConfig:
     max_num_seqs: int | None = None
     gpu_memory_utilization: float | None = None
     prefix_caching: bool = True  # vLLM's automatic prefix caching (on by default, as in vLLM and the reference)
+    async_scheduling: bool = False  # vLLM's --async-scheduling in replays (off by default, as the reference schedules)
 
     @property
     def parallel_tuple(self) -> tuple[int, int, int, int, int, int]:
@@ -165,6 +166,7 @@ _ROLE_FIELDS: dict[str, sc.Field] = {
     "max_num_seqs": sc.Field(sc.Int(lo=1, limit="max_num_seqs")),
     "gpu_memory_utilization": sc.Field(sc.Num()),
     "prefix_caching": sc.Field(sc.Bool()),
+    "async_scheduling": sc.Field(sc.Bool()),
 }
 
 
