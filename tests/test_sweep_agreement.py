@@ -16,12 +16,13 @@ from jaxsim.sweep.evaluate import AGREEMENT
 from jaxsim.sweep.spec import spec_from_dict
 
 
-def _spec(evaluate: str, concurrency: list[int], range_ratio: float, overhead: dict | None = None) -> dict:
+def _spec(evaluate: str, concurrency: list[int], range_ratio: float, overhead: dict | None = None, ahead: bool = False) -> dict:
     return {
         "name": f"agree-{evaluate}",
         "gpu_budget": 4,
         "evaluate": evaluate,
-        "profile": [{"name": "qwen3-32b-bf16-b300-calibrated", "tp": [2, 4], **({"overhead": overhead} if overhead else {})}],
+        "profile": [{"name": "qwen3-32b-bf16-b300-calibrated", "tp": [2, 4], **({"overhead": overhead} if overhead else {}),
+                     **({"async_scheduling": True} if ahead else {})}],
         "serving": {"mode": ["aggregated"]},
         "scheduler": {"concurrency": concurrency},
         "workload": [{"name": "chat", "isl": 4096, "osl": 512}],
@@ -33,12 +34,17 @@ OVERHEAD = {"fixed_ms": 40.0, "per_prompt_token_ms": 0.01, "per_output_token_ms"
 """A serving overhead of the size issue 27's silicon sample shows (tens of ms on TTFT, ~1 ms per token)."""
 
 
-@pytest.mark.parametrize("concurrency,range_ratio,overhead", [([16, 32], 0.0, None), ([8, 32], 0.5, None), ([16, 32], 0.0, OVERHEAD)])
-def test_steady_state_agrees_with_replay_where_stated(tmp_path, concurrency, range_ratio, overhead):
-    """Both methods agree, with a serving overhead too (both add it to their latencies alike)."""
+@pytest.mark.parametrize("concurrency,range_ratio,overhead,ahead", [
+    ([16, 32], 0.0, None, False), ([8, 32], 0.5, None, False), ([16, 32], 0.0, OVERHEAD, False),
+    ([16, 32], 0.0, None, True), ([8, 32], 0.5, None, True),
+])
+def test_steady_state_agrees_with_replay_where_stated(tmp_path, concurrency, range_ratio, overhead, ahead):
+    """Both methods agree, with a serving overhead too (both add it to their latencies alike), and with async
+    scheduling (both wait the pass scheduled ahead)."""
     rows = {}
     for how in ("steady", "replay"):
-        res = run_sweep(spec_from_dict(_spec(how, concurrency, range_ratio, overhead), source="agree.toml"), tmp_path / f"{how}.parquet", top=3)
+        res = run_sweep(spec_from_dict(_spec(how, concurrency, range_ratio, overhead, ahead), source="agree.toml"), tmp_path / f"{how}.parquet",
+                        top=3)
         rows[how] = {r["config_id"]: r for r in pq.read_table(res.output).to_pylist()}
     assert len(rows["replay"]) == 2 * len(concurrency)
     for cid, r in rows["replay"].items():
@@ -79,3 +85,31 @@ def test_the_steady_state_prices_the_lengths_the_benchmark_sends():
     d["benchmark"]["length_rule"] = "vllm"
     cfg = plan_sweep(spec_from_dict(d, source="v.toml")).inputs(np.arange(1))
     assert (int(cfg.isl[0, 0]), int(cfg.osl[0, 0])) == (4096, 512)
+
+
+def test_async_scheduling_lengthens_ttft_by_about_a_pass_in_both_methods(tmp_path):
+    """The same points with the synchronous and the async scheduler: TTFT grows by at least half a pass and at most
+    two (a prompt waits the pass scheduled ahead of its send), TPOT and throughput stay within 2 %."""
+    rows = {}
+    for how in ("steady", "replay"):
+        for ahead in (False, True):
+            res = run_sweep(spec_from_dict(_spec(how, [8, 32], 0.5, None, ahead), source="a.toml"), tmp_path / f"{how}{ahead}.parquet", top=3)
+            rows[how, ahead] = {r["config_id"]: r for r in pq.read_table(res.output).to_pylist()}
+    for how in ("steady", "replay"):
+        for cid, sync in rows[how, False].items():
+            asyn = rows[how, True][cid]
+            pass_ms = sync["mean_tpot_ms"]
+            assert 0.5 * pass_ms <= asyn["mean_ttft_ms"] - sync["mean_ttft_ms"] <= 2.0 * pass_ms, (how, cid)
+            for k in ("mean_tpot_ms", "output_tokens_per_s_per_gpu"):
+                assert asyn[k] == pytest.approx(sync[k], rel=0.02), (how, cid, k)
+
+
+def test_async_scheduling_in_a_spec_is_a_boolean():
+    from jaxsim.sweep.spec import SpecError, plan_sweep
+
+    d = _spec("steady", [4], 0.0, None, True)
+    assert bool(plan_sweep(spec_from_dict(d, source="a.toml")).async_scheduling.all())
+    d["profile"][0]["async_scheduling"] = "yes"
+    with pytest.raises(SpecError) as e:
+        spec_from_dict(d, source="bad.toml")
+    assert "async_scheduling" in str(e.value) and "bad.toml" in str(e.value) and "\n" not in str(e.value)

@@ -81,6 +81,7 @@ class ConfigInputs(eqx.Module):
     overhead_fixed_ms: Float64[ArrayLike, "*c"] = 0.0  # serving overhead (jaxsim.overhead): TTFT + fixed + per prompt token × ISL
     overhead_per_prompt_token_ms: Float64[ArrayLike, "*c"] = 0.0
     overhead_per_output_token_ms: Float64[ArrayLike, "*c"] = 0.0  # ... and TPOT + per output token
+    async_scheduling: Bool[ArrayLike, "*c"] = False  # vLLM's async scheduling: a prompt sent to a busy engine waits one more pass
 
 
 class SLABounds(eqx.Module):
@@ -458,7 +459,7 @@ def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
 
 
 def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], kv_mid: Float64[Array, ""],
-                  steady_ttft_w: Float64[Array, " W"], wait: Float64[Array, ""]) -> PrefillQueue:
+                  steady_ttft_w: Float64[Array, " W"], wait: Float64[Array, ""], pass_ms: Float64[Array, ""]) -> PrefillQueue:
     """TTFT per class under a closed-loop benchmark of ``n`` clients and ``cfg.prompts_per_client`` waves.
 
     All n prompts are sent at t = 0 and queue for the chunked-prefill budget B (beside the decoders): the
@@ -468,7 +469,12 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     prompt then spans 1 + ISL/B full passes on average (⌊ISL/B⌋ + 1 or + 2), or, when all n prompts fit
     in one pass, that one pass. The leftover chunk of a wave moves one client out of step per wave (seen in
     the replay), and a client out of step sees the steady state's TTFT; with unequal lengths every later
-    wave is spread. ``prompts_per_client`` 0: no waves (the steady state's TTFT)."""
+    wave is spread. ``prompts_per_client`` 0: no waves (the steady state's TTFT).
+
+    With async scheduling (``cfg.async_scheduling``) a prompt sent while the engine runs waits one more pass, the
+    one scheduled before it was sent (:func:`jaxsim.replay.engine._visible_ms`): a later prompt out of step waits a
+    mean pass (``pass_ms``), one in step a wave pass when a wave spans several passes (a wave that fits in one
+    pass completes together and finds the engine idle); the first wave is sent to an idle engine."""
     lat, budget, saturated, code = queue_pass_ms(t, cfg, mix, n, kv_mid)
     has_waves = cfg.prompts_per_client > 0
     lat = jnp.where(has_waves, lat, 0.0)  # no waves: the wave pass is never run (its lookup may lie outside support: no NaN leaks)
@@ -494,10 +500,13 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     p_first = jnp.where(has_waves, 1.0 / jnp.maximum(waves, 1.0), 0.0)
     p_later = 1.0 - p_first
     sync_mean = lat * (span_lo + frac)
-    ttft_w = p_first * (wait + lat * first_mean) + p_later * (in_step * (wait + sync_mean) + (1.0 - in_step) * steady_ttft_w)
+    ahead = jnp.asarray(cfg.async_scheduling, bool)
+    in_step_ahead_ms = jnp.where(ahead & saturated, lat, 0.0)  # async: the wave pass scheduled before the prompt was sent
+    spread_ms = steady_ttft_w + jnp.where(ahead, pass_ms, 0.0)  # ... or the mean pass
+    ttft_w = p_first * (wait + lat * first_mean) + p_later * (in_step * (wait + sync_mean + in_step_ahead_ms) + (1.0 - in_step) * spread_ms)
     W = isl.shape[0]
-    pts = jnp.concatenate([wait + lat * first_pts, (wait + lat * span_lo)[:, None], (wait + lat * (span_lo + 1.0))[:, None],
-                           steady_ttft_w[:, None]], axis=1)
+    pts = jnp.concatenate([wait + lat * first_pts, (wait + lat * span_lo + in_step_ahead_ms)[:, None],
+                           (wait + lat * (span_lo + 1.0) + in_step_ahead_ms)[:, None], spread_ms[:, None]], axis=1)
     wts = jnp.concatenate([
         jnp.full((W, FIRST_WAVE_POINTS), p_first / FIRST_WAVE_POINTS),
         (p_later * in_step * (1.0 - frac))[:, None], (p_later * in_step * frac)[:, None],
@@ -532,7 +541,9 @@ def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Boo
         jnp.where(jnp.any(mix.live & (prompt_blocks > cfg.prefill_kv_blocks)), PROMPT_EXCEEDS_PREFILL_POOL, st.EXACT),
         jnp,
     )
-    return Served(rate=rate, round_ms=round_ms, pass_ms=round_ms, ttft_w=wait + lk.prompt_ms + xfer_w + round_ms,
+    # async scheduling: the decode worker (always running requests) admits an arriving KV one round later
+    ahead_ms = jnp.where(jnp.asarray(cfg.async_scheduling, bool), round_ms, 0.0)
+    return Served(rate=rate, round_ms=round_ms, pass_ms=round_ms, ttft_w=wait + lk.prompt_ms + xfer_w + round_ms + ahead_ms,
                   decode_batch=n_eff, code=code, wait_ms=wait)
 
 
@@ -626,7 +637,7 @@ def evaluate_config(
     passes = pass_structure(cfg, disaggregated, mix, n)
     lookups = price_lookups(prefill_table, decode_table, cfg, mix, n, passes)
     aggregated = serve_aggregated(cfg, mix, n, passes, lookups)
-    queue = prefill_queue(prefill_table, cfg, mix, n, lookups.kv_mid, aggregated.ttft_w, aggregated.wait_ms)
+    queue = prefill_queue(prefill_table, cfg, mix, n, lookups.kv_mid, aggregated.ttft_w, aggregated.wait_ms, aggregated.pass_ms)
     aggregated = eqx.tree_at(
         lambda s: (s.ttft_w, s.code, s.prefill_queue_ms, s.ttft_points, s.ttft_weights),
         aggregated,

@@ -99,14 +99,15 @@ def binding_config(plan: SweepPlan, b: int, name: str, *, units: int = 1, max_co
     rates = np.asarray(plan.rates[row.acceptance_id], np.float64)
     source = labels["data_source"][row.data_source]
     caching = bool(plan.prefix_caching[row.profile])
+    ahead = bool(plan.async_scheduling[row.profile])
     dec = WorkerPool(tables[row.decode_table], row.max_num_batched_tokens, row.max_num_seqs, row.block_size, row.kv_blocks,
                      row.max_model_len, units * (row.decode_workers if mode == "disaggregated" else row.dp), row.kv_state_blocks,
-                     prefix_caching=caching)
+                     prefix_caching=caching, async_scheduling=ahead)
     if mode == "aggregated":
         return ReplayConfig(name, row.nextn, rates, aggregated=dec, data_source=source, max_concurrency=int(max_concurrency))
     pre = WorkerPool(tables[row.prefill_table], row.prefill_max_num_batched_tokens, row.prefill_max_num_seqs,
                      row.block_size, row.prefill_kv_blocks, row.max_model_len, units * row.prefill_workers,
-                     row.kv_state_blocks, prefix_caching=caching)
+                     row.kv_state_blocks, prefix_caching=caching, async_scheduling=ahead)
     return ReplayConfig(name, row.nextn, rates, prefill=pre, decode=dec, kv_bytes_per_token=row.kv_bytes_per_token,
                         kv_transfer_bytes_per_s=row.kv_transfer_bytes_per_s, data_source=source,
                         max_concurrency=int(max_concurrency))

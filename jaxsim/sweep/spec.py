@@ -93,6 +93,7 @@ class ProfileAxis:
     concurrency: tuple[int, ...] | None = None  # this profile's concurrencies (a subset of [scheduler]'s); None = all
     workloads: tuple[str, ...] | None = None  # the workloads (names) this profile is swept on; None = all
     prefix_caching: bool = True  # vLLM's prefix caching (a workload's prefix_hit_ratio applies only with it on)
+    async_scheduling: bool = False  # vLLM's async scheduling (a prompt sent to a busy engine waits one more pass)
 
     def inner(self, spec: SweepSpec) -> int:
         """Configs per binding of this profile: its concurrencies x its workloads."""
@@ -417,11 +418,12 @@ _SPEC = sc.Table({
         "concurrency": sc.Field(sc.Axis(sc.Int(lo=1, limit="max_num_seqs"))),
         "workloads": sc.Field(sc.Array(sc.Str(), min_len=1, empty="expected a non-empty array of workload names")),
         "prefix_caching": sc.Field(sc.Bool()),
+        "async_scheduling": sc.Field(sc.Bool()),
     }, lambda doc, path, d: ProfileAxis(d["name"], d.get("tp"), d.get("label", Path(d["name"]).name or d["name"]),
                                         d.get("moe_tp"), d.get("moe_ep"), d.get("overhead", ServingOverhead()), d.get("dp"),
                                         tuple(dict.fromkeys(d["concurrency"])) if "concurrency" in d else None,
                                         tuple(dict.fromkeys(d["workloads"])) if "workloads" in d else None,
-                                        bool(d.get("prefix_caching", True)))),
+                                        bool(d.get("prefix_caching", True)), bool(d.get("async_scheduling", False)))),
         min_len=1, empty="give at least one [[profile]] table (name = bundled name or directory)"),
         required="give at least one [[profile]] table (name = bundled name or directory)"),
     "serving": sc.Field(sc.Table({
@@ -706,6 +708,7 @@ class SweepPlan:
             **dict(zip(("isl", "osl"), self.benchmark_lengths(self.wl_isl[w], self.wl_osl[w]))),
             weight=self.wl_weight[w],
             prefix_hit_ratio=self.wl_hit_ratio[w] * self.prefix_caching[B.profile],
+            async_scheduling=self.async_scheduling[B.profile],
             prompts_per_client=self.prompts_per_client(np.asarray(self.spec.concurrency, np.int64)[c]),
             equal_lengths=(np.count_nonzero(self.wl_weight[w] > 0, axis=1) == 1) & (self.spec.benchmark.range_ratio == 0),
             **{f"overhead_{k}": v for k, v in zip(("fixed_ms", "per_prompt_token_ms", "per_output_token_ms"), self.overheads[B.profile].T)},
@@ -716,6 +719,12 @@ class SweepPlan:
         """[profile label] whether each profile axis serves with prefix caching (``prefix_caching``, on by default)."""
         by_label = {a.label: a.prefix_caching for a in self.spec.profiles}
         return np.array([by_label.get(lab, True) for lab in self.labels["profile"]] or [True], bool)
+
+    @property
+    def async_scheduling(self) -> np.ndarray:
+        """[profile label] whether each profile axis's engines schedule asynchronously (``async_scheduling``, off by default)."""
+        by_label = {a.label: a.async_scheduling for a in self.spec.profiles}
+        return np.array([by_label.get(lab, False) for lab in self.labels["profile"]] or [False], bool)
 
     @property
     def overheads(self) -> np.ndarray:
