@@ -65,6 +65,14 @@ checkpoint's KV dtype: their scripts differ by GPU and version (gpt-oss-120b: no
 sample does not say which script version ran a row."""
 
 
+SERVER_ASYNC_SCHEDULING = True
+"""The sample's servers schedule asynchronously: InferenceX's vLLM launch configs set ``async-scheduling: true`` (beside
+the KV dtype above), and vLLM turns it on by default since its async-scheduling plan landed (vllm-project/vllm#27679,
+#27614). Every cell is swept with ``async_scheduling = true`` (docs/benchmark-loads.md#async-scheduling); a protocol
+fact, applied to fitted and held-out GPUs alike, nothing fitted. ``--async-scheduling off``: the synchronous scheduler
+(cached apart)."""
+
+
 def _load(path: Path) -> dict[str, dict]:
     out = {}
     if path.is_file():
@@ -75,12 +83,21 @@ def _load(path: Path) -> dict[str, dict]:
     return out
 
 
+def _known_aic(work: Path) -> dict[str, dict]:
+    """aiconfigurator's estimates computed before, per row id (opmodel_coverage's rows.jsonl and every run's cache)."""
+    known = {}
+    for f in ("rows.jsonl", *(p.name for p in sorted(work.glob("bench-rows*.jsonl")))):
+        known.update({k: v for k, v in _load(work / f).items() if "aic" in v})
+    return known
+
+
 def collect(work: Path, todo: list[dict], results: dict[str, dict], name: str = "bench-rows.jsonl") -> None:
     """jaxsim (import cached by opmodel_coverage, sweep under :data:`BENCHMARK`) and aiconfigurator (from
-    opmodel_coverage's WORK/rows.jsonl when there, else computed) per row, appended to WORK/bench-rows.jsonl."""
+    opmodel_coverage's WORK/rows.jsonl or an earlier run's cache when there, else computed) per row, appended to
+    WORK/bench-rows.jsonl."""
     import time
 
-    known = _load(work / "rows.jsonl")
+    known = _known_aic(work)
     cells = defaultdict(list)
     for r in todo:
         cells[cov.cell_key(r, cov.is_moe(r["model_path"]))].append(r)
@@ -143,7 +160,8 @@ def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, di
             continue
         tp, _, mtp, mep = lay
         entry = profiles.setdefault(str(profile), {"name": str(profile), "label": f"c{len(profiles)}", "tp": [tp], "moe_tp": [mtp],
-                                                   "moe_ep": [mep], "concurrency": [], "workloads": []})
+                                                   "moe_ep": [mep], "concurrency": [], "workloads": [],
+                                                   **({"async_scheduling": True} if cov.SERVER_ASYNC_SCHEDULING else {})})
         for r in rows:
             c, w = int(cov._int(r["batch_size"])), f"i{int(r['isl'])}o{int(r['osl'])}"
             entry["concurrency"] = sorted(set(entry["concurrency"]) | {c})
@@ -259,6 +277,8 @@ def main() -> int:
     ap.add_argument("--block-gemm-data", choices=BLOCK_GEMM_DATA, default=DEFAULT_BLOCK_GEMM_DATA,
                     help="jaxsim import op-model --block-gemm-data for the fp8_block checkpoints (the importer's default, per-tensor; "
                          "collected: their results are cached apart)")
+    ap.add_argument("--async-scheduling", choices=("on", "off"), default="on" if SERVER_ASYNC_SCHEDULING else "off",
+                    help="the servers' scheduler: async (on, the sample's protocol) or synchronous (off: results cached apart)")
     ap.add_argument("--report", type=Path, help="write the Markdown tables here")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
@@ -279,7 +299,9 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     cov.BENCHMARK, cov.EVALUATE, cov.SERVER_KV_CACHE_DTYPE = BENCHMARK, args.evaluate, SERVER_KV
     cov.BLOCK_GEMM_DATA = args.block_gemm_data
+    cov.SERVER_ASYNC_SCHEDULING = args.async_scheduling == "on"
     tag = "" if args.block_gemm_data == DEFAULT_BLOCK_GEMM_DATA else f"-block-gemm-{args.block_gemm_data}"
+    tag += "" if cov.SERVER_ASYNC_SCHEDULING == SERVER_ASYNC_SCHEDULING else "-sync"
     name = "bench-rows.jsonl" if args.evaluate == "steady" else f"bench-rows-{args.evaluate}.jsonl"
     name = name.replace(".jsonl", f"{tag}.jsonl")
     results = _load(args.work / name)
@@ -305,9 +327,7 @@ def main() -> int:
                 else:
                     timing.setdefault(k, t[k] if k != "load_after" else None)
             timing["load_after"] = t["load_after"]
-        known = {}  # aiconfigurator's estimates computed before (any of the runs' caches)
-        for f in ("rows.jsonl", "bench-rows.jsonl", *(p.name for p in sorted(args.work.glob("bench-rows-*-one-sweep.jsonl")))):
-            known.update({k: v for k, v in _load(args.work / f).items() if "aic" in v})
+        known = _known_aic(args.work)
         results = {}
         with (args.work / name).open("w") as f:
             for r in rows:

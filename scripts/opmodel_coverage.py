@@ -61,6 +61,10 @@ EVALUATE = "steady"
 SERVER_KV_CACHE_DTYPE: dict[str, str] = {}
 """Model id -> the KV-cache dtype its benchmark's server ran with (``--kv-cache-dtype``); a model not listed is imported
 with its checkpoint's. Set by scripts/benchmark_accuracy.py to the sample's protocol (:data:`benchmark_accuracy.SERVER_KV`)."""
+SERVER_ASYNC_SCHEDULING = False
+"""Whether the benchmark's servers schedule asynchronously (vLLM's ``--async-scheduling``): every cell's ``[[profile]]``
+gets ``async_scheduling = true`` (its sweeps are cached apart). Set by scripts/benchmark_accuracy.py to the sample's
+protocol (:data:`benchmark_accuracy.SERVER_ASYNC_SCHEDULING`)."""
 BLOCK_GEMM_DATA: str | None = None
 """``jaxsim import op-model --block-gemm-data`` for checkpoints whose dense GEMMs are fp8_block, always passed for them
 so the import cache tells the two apart (other imports and their cache keys are unchanged). None: the importer's
@@ -184,7 +188,8 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     pairs = sorted({(int(r["isl"]), int(r["osl"])) for r in rows})
     spec = {
         "name": name, "block_size": 16,
-        "profile": [{"name": str(profile), "tp": [tp], "dp": [dp], "moe_tp": [mtp], "moe_ep": [mep], "label": name[:40]}],
+        "profile": [{"name": str(profile), "tp": [tp], "dp": [dp], "moe_tp": [mtp], "moe_ep": [mep], "label": name[:40],
+                     **({"async_scheduling": True} if SERVER_ASYNC_SCHEDULING else {})}],
         "scheduler": {"concurrency": sorted({worker_concurrency(r) for r in rows})},
         "workload": [{"name": f"i{i}o{o}", "isl": i, "osl": o} for i, o in pairs],
     }
@@ -192,7 +197,7 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     if BENCHMARK is not None:  # the sample's own benchmark protocol (scripts/benchmark_accuracy.py), its own cache
         spec["benchmark"] = dict(BENCHMARK)
         spec["evaluate"] = EVALUATE
-        folder = "sweeps-" + slug(json.dumps([BENCHMARK, EVALUATE], sort_keys=True))[-8:]
+        folder = "sweeps-" + slug(json.dumps([BENCHMARK, EVALUATE], sort_keys=True))[-8:] + ("-async" if SERVER_ASYNC_SCHEDULING else "")
     out = work / folder / f"{name}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.is_file():
