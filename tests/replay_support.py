@@ -200,8 +200,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     released cached block).
 
     ``async_scheduling`` (vLLM's ``--async-scheduling``): while a pass runs, the next one is already scheduled
-    (when the running one started), so while requests are running a pass admits only requests sent by the start
-    of the pass before it; with nothing running, those sent by its own start."""
+    (just after the running one started), so while requests are running a pass admits only requests sent before
+    the start of the pass before it; with nothing running, those sent by its own start."""
     K, B, S, bs, NB = num_draft_tokens, max_num_batched_tokens, max_num_seqs, block_size, num_gpu_blocks
     rates = np.asarray(accept_rates)[:K]
     assert np.all((rates == 0) | (rates == 1)), "the oracle only replays certain acceptance"
@@ -255,7 +255,8 @@ def oracle_replay(table, trace, *, max_num_batched_tokens, max_num_seqs, block_s
     while pending or waiting or running:
         if passes >= max_passes:
             return reqs, lookups, "pass_limit"
-        seen = last_start if (async_scheduling and running) else now  # the sends the scheduler has seen
+        # the sends the scheduler has seen: async, those before the previous pass's start (it schedules just after)
+        seen = math.nextafter(last_start, -math.inf) if (async_scheduling and running) else now
         while pending and pending[0].sent is not None and pending[0].sent <= seen:
             waiting.append(pending.pop(0))
         if not waiting and not running:

@@ -399,8 +399,8 @@ def test_cli_replays_a_closed_loop_over_a_disaggregated_deployment(golden_setup,
 
 def test_cli_async_scheduling_delays_a_busy_engines_admissions(golden_setup, tmp_path):
     """async_scheduling = true in a role: a closed loop's TTFT grows (with spread lengths each next request is sent while
-    others run, and waits the pass scheduled ahead of its send), the summary says so, the first wave (sent to an idle engine) is unchanged; a non-boolean value is one
-    line naming the key, exit 2, nothing written (a real subprocess)."""
+    others run, and waits the passes scheduled before its send), the summary says so, the first wave (sent to an idle
+    engine) is unchanged; a non-boolean value is one line naming the key, exit 2, nothing written (a real subprocess)."""
     cfg, _ = golden_setup
     text = cfg.read_text()
     on = cfg.with_name("async.toml")

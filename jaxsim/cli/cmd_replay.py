@@ -32,8 +32,8 @@ replica its own cache; multi-turn sessions); elsewhere (speculative decoding, di
 prompt is computed and the summary says so. See docs/prefix_caching.md.
 
 Async scheduling (vLLM's --async-scheduling): async_scheduling = true in a role schedules each pass while the previous
-one runs, so a request sent to a busy engine starts one pass later; off by default, as the reference schedules. See
-docs/benchmark-loads.md#async-scheduling.
+one runs, so a request sent to a busy engine starts a pass later (a closed loop's next request two); off by default,
+as the reference schedules. See docs/benchmark-loads.md#async-scheduling.
 
 Exit codes: 0 every replay completed every request; 3 a replay stopped outside measured support (or hit
 its pass limit), rejected requests (status "rejected: N of M requests") or completed no request (the

@@ -497,10 +497,11 @@ def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, walk: _List
         row = jnp.stack([jnp.asarray(fields[name]).astype(jnp.float64) for name in eng.TIMELINE_FIELDS])
         timeline = timeline.at[e.passes].set(row, mode="drop")
     return eqx.tree_at(
-        lambda x: (x.engine.now_ms, x.engine.last_start_ms, x.engine.passes, x.engine.steps, x.engine.status, x.engine.num_done,
-                   x.engine.sent_ms,
+        lambda x: (x.engine.now_ms, x.engine.last_start_ms, x.engine.seen_ms, x.engine.passes, x.engine.steps, x.engine.status,
+                   x.engine.num_done, x.engine.sent_ms,
                    x.engine.failed_query, x.engine.timeline), s,
-        (jnp.where(cost.unsupported, now_ms, cost.end_ms), now_ms, e.passes + 1, e.steps + 1, status, num_done, sent_ms,
+        (jnp.where(cost.unsupported, now_ms, cost.end_ms), now_ms, eng._visible_ms(p, e0, now_ms), e.passes + 1, e.steps + 1, status,
+         num_done, sent_ms,
          jnp.where(cost.unsupported, cost.query, e.failed_query), timeline),
     )
 

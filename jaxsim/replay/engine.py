@@ -249,6 +249,7 @@ class EngineState(eqx.Module):
 
     now_ms: Float64[Array, ""]
     last_start_ms: Float64[Array, ""]  # when the last pass started (-inf: none yet); async scheduling's cut-off
+    seen_ms: Float64[Array, ""]  # the latest send time the scheduler has seen (-inf: none; _visible_ms)
     passes: Int64[Array, ""]
     steps: Int64[Array, ""]  # loop steps taken (jaxsim.replay.stretch.engine_step)
     status: Int32[Array, ""]
@@ -471,12 +472,15 @@ def _visible_ms(p: EngineParams, s: EngineState, now_ms: Float64[Array, ""]) -> 
 
     Synchronous (the reference, vLLM without async scheduling): the pass is scheduled when it starts, so every
     request sent by ``now_ms`` may be admitted. Async scheduling (vLLM's ``--async-scheduling``; vLLM's engine
-    core keeps two batches in flight, ``step_with_batch_queue``): the pass is scheduled while the previous one
-    runs, right after that one started, so a request sent during a pass waits for the pass after the next. An
-    engine with nothing running (idle, or every request finished in the last pass) had nothing to schedule ahead
-    and schedules when the pass starts, as the synchronous one."""
+    core keeps two batches in flight, ``EngineCore.step_with_batch_queue``): the pass is scheduled while the
+    previous one runs, right after the outputs of the one before came back, i.e. just after the previous pass
+    started. It sees the requests sent before that start, not one sent at it: a closed loop's next request, sent
+    when its previous one's last pass ends, is sent by those very outputs, so it cannot reach that scheduling.
+    An engine with nothing running (idle, or every request finished in the last pass) had nothing to schedule
+    ahead and schedules when the pass starts, as the synchronous one. A request once seen waits in the scheduler's
+    queue: the cut-off never goes back (after a pass that started idle, the sends at its start stay seen)."""
     ahead = p.async_scheduling & (s.num_running > 0)
-    return jnp.where(ahead, s.last_start_ms, now_ms)
+    return jnp.maximum(s.seen_ms, jnp.where(ahead, jnp.nextafter(s.last_start_ms, -jnp.inf), now_ms))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -763,7 +767,8 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     running, num_running = _next_running_list(s, record)
     num_done = s.num_done + jnp.sum(record.emission.done)
     small = dict(
-        now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), last_start_ms=record.now_ms, passes=s.passes + 1,
+        now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), last_start_ms=record.now_ms,
+        seen_ms=_visible_ms(p, s, record.now_ms), passes=s.passes + 1,
         status=_pass_status(consts, s, record, num_done), num_done=num_done, num_running=num_running,
         peak_running=jnp.maximum(s.peak_running, record.scheduled.size), num_preempted=record.reservation.stack_size,
         next_arrival=record.admission.next_arrival, running=running,
@@ -927,7 +932,7 @@ def _start(p: EngineParams, rq: Requests, slots: int, timeline_len: int) -> tupl
         first_token_ms=never, second_token_ms=never, last_token_ms=never, token_gap_sq_ms2=jnp.zeros((n + 1,)),
     )
     state = EngineState(
-        now_ms=jnp.asarray(0.0), last_start_ms=jnp.asarray(-jnp.inf), passes=jnp.asarray(0, jnp.int64),
+        now_ms=jnp.asarray(0.0), last_start_ms=jnp.asarray(-jnp.inf), seen_ms=jnp.asarray(-jnp.inf), passes=jnp.asarray(0, jnp.int64),
         steps=jnp.asarray(0, jnp.int64),
         status=jnp.where(num_accepted == 0, COMPLETED, RUNNING).astype(jnp.int32),
         num_done=jnp.asarray(0, jnp.int64), num_running=jnp.asarray(0, jnp.int64),
