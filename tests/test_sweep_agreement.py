@@ -88,8 +88,9 @@ def test_the_steady_state_prices_the_lengths_the_benchmark_sends():
 
 
 def test_async_scheduling_lengthens_ttft_by_about_a_pass_in_both_methods(tmp_path):
-    """The same points with the synchronous and the async scheduler: TTFT grows by at least half a pass and at most
-    two (a prompt waits the pass scheduled ahead of its send), TPOT and throughput stay within 2 %."""
+    """The same points with the synchronous and the async scheduler: a closed loop's TTFT grows by one to three passes
+    (a later prompt waits the two passes scheduled before its send; the first wave nothing), TPOT and throughput
+    stay within 2 %."""
     rows = {}
     for how in ("steady", "replay"):
         for ahead in (False, True):
@@ -99,7 +100,7 @@ def test_async_scheduling_lengthens_ttft_by_about_a_pass_in_both_methods(tmp_pat
         for cid, sync in rows[how, False].items():
             asyn = rows[how, True][cid]
             pass_ms = sync["mean_tpot_ms"]
-            assert 0.5 * pass_ms <= asyn["mean_ttft_ms"] - sync["mean_ttft_ms"] <= 2.0 * pass_ms, (how, cid)
+            assert 1.0 * pass_ms <= asyn["mean_ttft_ms"] - sync["mean_ttft_ms"] <= 3.0 * pass_ms, (how, cid)
             for k in ("mean_tpot_ms", "output_tokens_per_s_per_gpu"):
                 assert asyn[k] == pytest.approx(sync[k], rel=0.02), (how, cid, k)
 

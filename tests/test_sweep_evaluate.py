@@ -63,10 +63,12 @@ def _cfgs(n: int, rng: np.random.Generator, **fixed) -> ev.ConfigInputs:
         prompts_per_client=rng.choice([0.0, 1.0, 10.0], n), equal_lengths=rng.choice([False, True], n),
         overhead_fixed_ms=rng.choice([0.0, 12.0], n), overhead_per_prompt_token_ms=rng.choice([0.0, 0.02], n),
         overhead_per_output_token_ms=rng.choice([0.0, 0.15], n),
+        async_scheduling=rng.choice([False, True], n),
     )
     base["weight"][:, 0] = 1.0
     base.update(fixed)
     dtype = {"kv_transfer_bytes_per_s": np.float64, "weight": np.float64, "prompts_per_client": np.float64, "equal_lengths": np.bool_,
+             "async_scheduling": np.bool_,
              "overhead_fixed_ms": np.float64, "overhead_per_prompt_token_ms": np.float64, "overhead_per_output_token_ms": np.float64}
     return ev.ConfigInputs(**{k: np.asarray(v, dtype.get(k, np.int64)) for k, v in base.items()})
 

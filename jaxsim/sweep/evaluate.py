@@ -399,6 +399,7 @@ class Served(eqx.Module):
     prefill_queue_ms: Float64[Array, ""] = 0.0  # the mean TTFT the benchmark's prompt waves add (aggregated)
     ttft_points: Float64[Array, "W K"] | None = None  # TTFT points per class (percentiles; None: ttft_w alone)
     ttft_weights: Float64[Array, "W K"] | None = None  # their probabilities within the class
+    decode_shift_w: Float64[Array, " W"] | float = 0.0  # decode time per class moved into TTFT (async scheduling, prefill-bound)
 
 
 def serve_aggregated(cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], p: Passes, lk: Lookups) -> Served:
@@ -430,6 +431,7 @@ class PrefillQueue(eqx.Module):
     points_ms: Float64[Array, "W K"]
     point_weights: Float64[Array, "W K"]
     code: Int32[Array, ""]
+    in_step_ahead_w: Float64[Array, " W"]  # the mean TTFT async scheduling adds to prompts in step with a saturated wave
 
 
 def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], kv_mid: Float64[Array, ""]
@@ -471,10 +473,12 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     the replay), and a client out of step sees the steady state's TTFT; with unequal lengths every later
     wave is spread. ``prompts_per_client`` 0: no waves (the steady state's TTFT).
 
-    With async scheduling (``cfg.async_scheduling``) a prompt sent while the engine runs waits one more pass, the
-    one scheduled before it was sent (:func:`jaxsim.replay.engine._visible_ms`): a later prompt out of step waits a
-    mean pass (``pass_ms``), one in step a wave pass when a wave spans several passes (a wave that fits in one
-    pass completes together and finds the engine idle); the first wave is sent to an idle engine."""
+    With async scheduling (``cfg.async_scheduling``) the pass after the running one is scheduled before a prompt
+    sent during it or at its start (:func:`jaxsim.replay.engine._visible_ms`). A closed loop's later prompt is sent
+    at a pass boundary, by its client's completion: it waits two passes more, two mean passes (``pass_ms``) out of
+    step, two wave passes in step when a wave spans several passes (a wave that fits in one pass completes together
+    and finds the engine idle); an open loop's prompt (``prompts_per_client`` 0: sent at random) waits one mean pass
+    more on average; the first wave is sent to an idle engine, and so is a lone client's every prompt."""
     lat, budget, saturated, code = queue_pass_ms(t, cfg, mix, n, kv_mid)
     has_waves = cfg.prompts_per_client > 0
     lat = jnp.where(has_waves, lat, 0.0)  # no waves: the wave pass is never run (its lookup may lie outside support: no NaN leaks)
@@ -500,9 +504,10 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
     p_first = jnp.where(has_waves, 1.0 / jnp.maximum(waves, 1.0), 0.0)
     p_later = 1.0 - p_first
     sync_mean = lat * (span_lo + frac)
-    ahead = jnp.asarray(cfg.async_scheduling, bool)
-    in_step_ahead_ms = jnp.where(ahead & saturated, lat, 0.0)  # async: the wave pass scheduled before the prompt was sent
-    spread_ms = steady_ttft_w + jnp.where(ahead, pass_ms, 0.0)  # ... or the mean pass
+    ahead = jnp.asarray(cfg.async_scheduling, bool) & (n > 1)  # one client alone finds the engine idle at its send
+    passes_ahead = jnp.where(has_waves, 2.0, 1.0)  # async: passes scheduled before a closed loop's send (an open loop's: 1 on average)
+    in_step_ahead_ms = jnp.where(ahead & saturated, passes_ahead * lat, 0.0)  # ... wave passes
+    spread_ms = steady_ttft_w + jnp.where(ahead, passes_ahead * pass_ms, 0.0)  # ... or mean passes
     ttft_w = p_first * (wait + lat * first_mean) + p_later * (in_step * (wait + sync_mean + in_step_ahead_ms) + (1.0 - in_step) * spread_ms)
     W = isl.shape[0]
     pts = jnp.concatenate([wait + lat * first_pts, (wait + lat * span_lo + in_step_ahead_ms)[:, None],
@@ -512,8 +517,8 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
         (p_later * in_step * (1.0 - frac))[:, None], (p_later * in_step * frac)[:, None],
         jnp.full((W, 1), p_later * (1.0 - in_step)),
     ], axis=1)
-    return PrefillQueue(ttft_w=ttft_w, points_ms=pts, point_weights=wts,
-                        code=jnp.where(has_waves, code, st.EXACT).astype(jnp.int32))
+    return PrefillQueue(ttft_w=ttft_w, points_ms=pts, point_weights=wts, code=jnp.where(has_waves, code, st.EXACT).astype(jnp.int32),
+                        in_step_ahead_w=jnp.broadcast_to(p_later * in_step * in_step_ahead_ms, isl.shape))
 
 
 def serve_disaggregated(decode_table: RoundTable, cfg: ConfigInputs, disagg: Bool[Array, ""], mix: Mix,
@@ -580,7 +585,7 @@ def steady_state_metrics(cfg: ConfigInputs, disagg: Bool[Array, ""], sla: SLABou
                                         cfg.isl.astype(jnp.float64), gen)
     served = eqx.tree_at(lambda v: (v.ttft_w, v.ttft_points), served,
                          (served.ttft_w + extra_w, served.ttft_points + extra_w[:, None]))
-    decode_w = mix.rounds_w * served.round_ms + later_w
+    decode_w = jnp.maximum(mix.rounds_w * served.round_ms - served.decode_shift_w, 0.0) + later_w
     tpot_w = jnp.where(gen > 0, decode_w / jnp.maximum(gen, 1.0), 0.0)
     tpot = jnp.sum(_share(w, (gen > 0).astype(jnp.float64)) * tpot_w)
     ttft = jnp.sum(w * served.ttft_w)
@@ -638,18 +643,21 @@ def evaluate_config(
     lookups = price_lookups(prefill_table, decode_table, cfg, mix, n, passes)
     aggregated = serve_aggregated(cfg, mix, n, passes, lookups)
     queue = prefill_queue(prefill_table, cfg, mix, n, lookups.kv_mid, aggregated.ttft_w, aggregated.wait_ms, aggregated.pass_ms)
+    # async scheduling with waves in step: a wave fills the budget and sets every client's cycle, so the passes a prompt
+    # waits ahead of its admission come out of its decode (the replay's E2E stays: docs/benchmark-loads.md)
+    shift_w = queue.in_step_ahead_w
     aggregated = eqx.tree_at(
-        lambda s: (s.ttft_w, s.code, s.prefill_queue_ms, s.ttft_points, s.ttft_weights),
+        lambda s: (s.ttft_w, s.code, s.prefill_queue_ms, s.ttft_points, s.ttft_weights, s.decode_shift_w),
         aggregated,
         (queue.ttft_w, st.worse(aggregated.code, queue.code, jnp), jnp.sum(mix.w * (queue.ttft_w - aggregated.ttft_w)),
-         queue.points_ms, queue.point_weights),
+         queue.points_ms, queue.point_weights, shift_w),
         is_leaf=lambda x: x is None,
     )
     disagg = serve_disaggregated(decode_table, cfg, disaggregated, mix, n, lookups)
     one = (jnp.arange(queue.points_ms.shape[1]) == 0).astype(jnp.float64)
-    disagg = eqx.tree_at(lambda s: (s.prefill_queue_ms, s.ttft_points, s.ttft_weights), disagg,
+    disagg = eqx.tree_at(lambda s: (s.prefill_queue_ms, s.ttft_points, s.ttft_weights, s.decode_shift_w), disagg,
                          (jnp.float64(0.0), jnp.broadcast_to(disagg.ttft_w[:, None], queue.points_ms.shape),
-                          jnp.broadcast_to(one, queue.points_ms.shape)), is_leaf=lambda x: x is None)
+                          jnp.broadcast_to(one, queue.points_ms.shape), jnp.zeros_like(shift_w)), is_leaf=lambda x: x is None)
     served = jax.tree.map(lambda d, a: jnp.where(disaggregated, d, a), disagg, aggregated)
     status = st.worse(st.worse(capacity_code, lookups.prompt_code, jnp), served.code, jnp)
     return steady_state_metrics(cfg, disaggregated, sla, mix, n, limit, passes, served, status, kv_preemption)
