@@ -79,6 +79,19 @@ def test_calibrate_benchmark_fits_writes_and_prints_held_out_error(bench, tmp_pa
     assert r.exit_code == 2 and "exists" in r.output
 
 
+def test_calibrate_benchmark_with_async_scheduling_fits_the_async_predictions(bench, tmp_path):
+    """The rows were made from the synchronous predictions: predicted with async scheduling (each later prompt waits
+    the passes scheduled ahead), the fitted TTFT overhead is smaller; the file and its provenance say how it was fitted."""
+    out = tmp_path / "ov-async.json"
+    r = runner.invoke(app, ["calibrate", PROFILE, "--benchmark", str(bench), "--output", str(out), "--async-scheduling"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    ov = doc["overhead"]
+    assert doc["async_scheduling"] is True and "async scheduling" in ov["provenance"]
+    a, b, _ = KNOWN
+    assert ov["fixed_ms"] + ov["per_prompt_token_ms"] * 2048 < a + b * 2048
+
+
 def _write(path, lines):
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path

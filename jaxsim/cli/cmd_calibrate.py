@@ -85,6 +85,10 @@ def register(app: typer.Typer) -> None:
         train_fraction: float = typer.Option(0.7, "--train-fraction", help="Leading share of each window that fits."),
         force: bool = typer.Option(False, "--force", help="Overwrite an existing output directory."),
         as_json: bool = typer.Option(False, "--json", help="Print the fit and held-out scores as JSON."),
+        async_scheduling: bool = typer.Option(
+            False, "--async-scheduling",
+            help="--benchmark: predict the rows with async scheduling (the benchmarked server ran vLLM's --async-scheduling; "
+                 "sweep with [[profile]] async_scheduling = true to use the fit)."),
     ) -> None:
         from jaxsim.calibrate import CalibrationConfig, calibrate, calibrated_profile, write_calibrated
         from jaxsim.profile.resolve import resolve_profile_dir
@@ -93,7 +97,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("give --log (measured passes) or --benchmark (benchmark results), not both", param_hint="--log/--benchmark")
         profile_dir = resolve_profile_dir(profile)
         if benchmark:
-            _fit_overhead(profile_dir, benchmark, output, tp, force, as_json)
+            _fit_overhead(profile_dir, benchmark, output, tp, force, as_json, async_scheduling)
             return
         refuse_output_dir(output, force, (log, model_card, vllm_metadata, profile_dir))
         cfg = CalibrationConfig(window=window, train_fraction=train_fraction)
@@ -114,7 +118,8 @@ def register(app: typer.Typer) -> None:
             _print_scores(f"Held-out passes of {log.name} (TP{cal.deployment.tp}) -> {output}", cal.scores)
 
 
-def _fit_overhead(profile_dir: Path, files: list[Path], output: Path, tp: int | None, force: bool, as_json: bool) -> None:
+def _fit_overhead(profile_dir: Path, files: list[Path], output: Path, tp: int | None, force: bool, as_json: bool,
+                  async_scheduling: bool = False) -> None:
     """``jaxsim calibrate PROFILE --benchmark FILE``: fit and write the serving overhead, print held-out error."""
     from jaxsim.outputs import atomic_file, check_output
     from jaxsim.overhead import OverheadError, read_benchmark
@@ -134,10 +139,11 @@ def _fit_overhead(profile_dir: Path, files: list[Path], output: Path, tp: int | 
             raise OverheadError(f"the benchmark rows measure TP {sorted(row_tps) or '?'} and the profile records TP {sorted(tps)}: give --tp")
         tp = row_tps.pop() if row_tps else next(iter(tps))
     rows = [r for r in rows if r.tp in (None, tp)]
-    ttft, tpot, _ = predict_rows(profile_dir, rows, tp)
+    ttft, tpot, _ = predict_rows(profile_dir, rows, tp, async_scheduling=async_scheduling)
     names = ", ".join(str(f) for f in files)
-    fit = fit_benchmark(rows, ttft, tpot, f"fitted from {names} ({len(rows)} rows, TP{tp}) by jaxsim calibrate --benchmark")
-    doc = {"profile": str(profile_dir), "tp": tp, **fit.summary()}
+    how = ", async scheduling" if async_scheduling else ""
+    fit = fit_benchmark(rows, ttft, tpot, f"fitted from {names} ({len(rows)} rows, TP{tp}{how}) by jaxsim calibrate --benchmark")
+    doc = {"profile": str(profile_dir), "tp": tp, "async_scheduling": async_scheduling, **fit.summary()}
     with atomic_file(output, "w", encoding="utf-8") as f:
         f.write(json.dumps(doc, indent=1, default=float) + "\n")
     if as_json:

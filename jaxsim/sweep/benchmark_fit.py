@@ -53,17 +53,18 @@ def held_out_mask(n: int) -> np.ndarray:
     return (i == n - 1) if n > MIN_ROWS else np.zeros(n, bool)
 
 
-def predict_rows(profile_dir: Path, rows: list[BenchmarkRow], tp: int, overhead: ServingOverhead | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def predict_rows(profile_dir: Path, rows: list[BenchmarkRow], tp: int, overhead: ServingOverhead | None = None,
+                 async_scheduling: bool = False) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Steady-state mean TTFT and TPOT of every row (NaN outside measured support, with the status name),
-    from one sweep of the profile at ``tp`` over the rows' concurrencies and lengths."""
+    from one sweep of the profile at ``tp`` over the rows' concurrencies and lengths (``async_scheduling``: the
+    engines schedule asynchronously)."""
     import pyarrow.parquet as pq
 
     from jaxsim.sweep.run import run_sweep
     from jaxsim.sweep.spec import spec_from_dict
 
     pairs = sorted({(r.isl, r.osl) for r in rows})
-    prof = {"name": str(profile_dir), "tp": [tp], "label": "p"}
+    prof = {"name": str(profile_dir), "tp": [tp], "label": "p", **({"async_scheduling": True} if async_scheduling else {})}
     if overhead is not None:
         prof["overhead"] = {k: v for k, v in overhead.to_json().items()}
     spec = {
