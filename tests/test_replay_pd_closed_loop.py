@@ -28,8 +28,9 @@ def _pool(**kw) -> WorkerPool:
     return WorkerPool(padded_tables()["sd_k3"], **base)
 
 
-def _config(clients: int, prefill: int = 2, decode: int = 3, rates=RATES) -> ReplayConfig:
-    return ReplayConfig("pd", 3, rates, prefill=_pool(replicas=prefill), decode=_pool(replicas=decode),
+def _config(clients: int, prefill: int = 2, decode: int = 3, rates=RATES, ahead: bool = False) -> ReplayConfig:
+    return ReplayConfig("pd", 3, rates, prefill=_pool(replicas=prefill, async_scheduling=ahead),
+                        decode=_pool(replicas=decode, async_scheduling=ahead),
                         kv_bytes_per_token=BYTES_PER_TOKEN, kv_transfer_bytes_per_s=LINK, max_concurrency=clients)
 
 
@@ -45,13 +46,14 @@ def _columns(out) -> dict:
     return {k: np.asarray(v) for k, v in out.requests.items() if k != "arrival_ms"}
 
 
-@pytest.mark.parametrize("clients,prefill,decode", [(1, 1, 1), (2, 2, 1), (3, 2, 3), (5, 1, 2)])
-def test_send_times_are_released_by_completions_and_replaying_them_as_arrivals_gives_the_same_replay(clients, prefill, decode):
+@pytest.mark.parametrize("clients,prefill,decode,ahead", [(1, 1, 1, False), (2, 2, 1, False), (3, 2, 3, False), (5, 1, 2, False),
+                                                        (3, 2, 3, True), (5, 1, 2, True)])
+def test_send_times_are_released_by_completions_and_replaying_them_as_arrivals_gives_the_same_replay(clients, prefill, decode, ahead):
     """The closed loop's defining property, checked from outside: the first C requests are sent at t = 0, the k-th
     completion (time order) sends request k + C; and the same deployment replayed as an open loop whose requests
-    arrive at those send times makes every request's tokens at the same times."""
+    arrive at those send times makes every request's tokens at the same times (with async scheduling too)."""
     trace = _benchmark()
-    cfg = _config(clients, prefill, decode)
+    cfg = _config(clients, prefill, decode, ahead=ahead)
     out = run_replays([cfg], trace)[0]
     assert out.status == COMPLETED and out.summary["completed_requests"] == len(trace)
     sent = np.asarray(out.requests["sent_ms"])

@@ -471,7 +471,7 @@ def _outcome(job: _Job, timeline: bool, goodput: Goodput | None) -> ReplayOutcom
     req["session"] = np.full(n, "", dtype=object) if ses is None else ses.session.astype(object)
     req["turn"] = np.zeros(n, np.int64) if ses is None else ses.turn.astype(np.int64)
     req, summary = metrics.summarize(req, goodput, job.config.overhead.terms)
-    summary = dict(summary, **_cache_summary(job, req))
+    summary = dict(summary, **_cache_summary(job, req), async_scheduling=any(pool.async_scheduling for pool in job.config.pools))
     if ses is not None:  # multi-turn: sessions, and turns never sent (their session ended at a rejected or unfinished turn)
         summary = dict(summary, sessions=ses.count, unsent_turns=int(np.sum(np.isnan(req["sent_ms"]) & (ses.previous >= 0))))
     return ReplayOutcome(job.config, job.seed, status, status_name(status), req, summary, timelines, failed,
@@ -484,8 +484,7 @@ def _cache_summary(job: _Job, req: dict) -> dict:
     done = req["terminal"] == TERMINAL_NAMES[DONE]
     hit, total = float(np.sum(req["cache_hit_tokens"][done])), float(np.sum(req["input_tokens"][done]))
     return {"prefix_caching": prefix_caching_mode(job.config, job.trace), "cache_hit_tokens": hit,
-            "prefix_hit_ratio": hit / total if total else 0.0,
-            "async_scheduling": any(pool.async_scheduling for pool in job.config.pools)}
+            "prefix_hit_ratio": hit / total if total else 0.0}
 
 
 def _replicas(job: _Job) -> np.ndarray:
