@@ -411,6 +411,7 @@ def test_cli_async_scheduling_delays_a_busy_engines_admissions(golden_setup, tmp
         r = runner.invoke(app, ["replay", str(path), "--load", "closed:4", "--isl", "200", "--osl", "12", "--range-ratio", "0.5",
                                 "--output", str(out[name]), "--no-progress"])
         assert r.exit_code == 0, r.output
+        assert ("async scheduling (vLLM's --async-scheduling)" in r.output) == (name == "async")
     sync, asyn = (pq.read_table(out[k]).to_pydict() for k in ("sync", "async"))
     summaries = [json.loads(pq.read_schema(out[k]).metadata[b"jaxsim.replay.summary"])[0] for k in ("sync", "async")]
     assert [s["async_scheduling"] for s in summaries] == [False, True]

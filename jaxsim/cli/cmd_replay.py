@@ -100,6 +100,10 @@ def _print_summary(summaries: list[dict], trace_name: str, n: int) -> None:
         typer.echo(line)
     for line in _cache_lines(summaries):
         typer.echo(line)
+    ahead = list(dict.fromkeys(s["config"] for s in summaries if s.get("async_scheduling")))
+    if ahead:
+        typer.echo(f"{', '.join(ahead)}: async scheduling (vLLM's --async-scheduling): a request sent to a busy engine starts a pass "
+                   "later, a closed loop's next request two (docs/benchmark-loads.md#async-scheduling)")
     for s in summaries[:1]:
         if s.get("sessions"):
             unsent = int(s.get("unsent_turns") or 0)
