@@ -114,3 +114,19 @@ def test_async_scheduling_in_a_spec_is_a_boolean():
     with pytest.raises(SpecError) as e:
         spec_from_dict(d, source="bad.toml")
     assert "async_scheduling" in str(e.value) and "bad.toml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_open_loop_with_async_scheduling_waits_about_a_pass_and_adds_no_prompt_waves(tmp_path):
+    """An open loop's prompts arrive at random within a pass: async scheduling adds one mean pass to TTFT (nothing to
+    TPOT), and prefill_queue_ms stays the waves' share, 0."""
+    rows = {}
+    for ahead in (False, True):
+        d = _spec("steady", [16], 0.0, None, ahead)
+        d["benchmark"] = {"load": "poisson", "request_rate": 2.0}
+        res = run_sweep(spec_from_dict(d, source="open.toml"), tmp_path / f"o{ahead}.parquet", top=3)
+        rows[ahead] = {r["config_id"]: r for r in pq.read_table(res.output).to_pylist()}
+    for cid, sync in rows[False].items():
+        asyn = rows[True][cid]
+        assert asyn["prefill_queue_ms"] == 0.0 == sync["prefill_queue_ms"]
+        assert asyn["mean_tpot_ms"] == sync["mean_tpot_ms"]
+        assert asyn["mean_ttft_ms"] - sync["mean_ttft_ms"] == pytest.approx(sync["pass_ms"], rel=1e-9)

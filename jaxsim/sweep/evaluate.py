@@ -81,7 +81,7 @@ class ConfigInputs(eqx.Module):
     overhead_fixed_ms: Float64[ArrayLike, "*c"] = 0.0  # serving overhead (jaxsim.overhead): TTFT + fixed + per prompt token × ISL
     overhead_per_prompt_token_ms: Float64[ArrayLike, "*c"] = 0.0
     overhead_per_output_token_ms: Float64[ArrayLike, "*c"] = 0.0  # ... and TPOT + per output token
-    async_scheduling: Bool[ArrayLike, "*c"] = False  # vLLM's async scheduling: a prompt sent to a busy engine waits one more pass
+    async_scheduling: Bool[ArrayLike, "*c"] = False  # vLLM's async scheduling: a prompt sent to a busy engine waits the passes scheduled before it
 
 
 class SLABounds(eqx.Module):
@@ -399,7 +399,7 @@ class Served(eqx.Module):
     prefill_queue_ms: Float64[Array, ""] = 0.0  # the mean TTFT the benchmark's prompt waves add (aggregated)
     ttft_points: Float64[Array, "W K"] | None = None  # TTFT points per class (percentiles; None: ttft_w alone)
     ttft_weights: Float64[Array, "W K"] | None = None  # their probabilities within the class
-    decode_shift_w: Float64[Array, " W"] | float = 0.0  # decode time per class moved into TTFT (async scheduling, prefill-bound)
+    decode_shift_w: Float64[Array, " W"] | float = 0.0  # decode time per class moved into TTFT (async scheduling, waves in step)
 
 
 def serve_aggregated(cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], p: Passes, lk: Lookups) -> Served:
@@ -431,7 +431,8 @@ class PrefillQueue(eqx.Module):
     points_ms: Float64[Array, "W K"]
     point_weights: Float64[Array, "W K"]
     code: Int32[Array, ""]
-    in_step_ahead_w: Float64[Array, " W"]  # the mean TTFT async scheduling adds to prompts in step with a saturated wave
+    ahead_w: Float64[Array, " W"]  # the mean TTFT async scheduling adds per class (the passes scheduled before a send)
+    in_step_ahead_w: Float64[Array, " W"]  # ... of it, to prompts in step with a saturated wave
 
 
 def queue_pass_ms(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""], kv_mid: Float64[Array, ""]
@@ -518,6 +519,7 @@ def prefill_queue(t: RoundTable, cfg: ConfigInputs, mix: Mix, n: Int64[Array, ""
         jnp.full((W, 1), p_later * (1.0 - in_step)),
     ], axis=1)
     return PrefillQueue(ttft_w=ttft_w, points_ms=pts, point_weights=wts, code=jnp.where(has_waves, code, st.EXACT).astype(jnp.int32),
+                        ahead_w=p_later * (in_step * in_step_ahead_ms + (1.0 - in_step) * (spread_ms - steady_ttft_w)),
                         in_step_ahead_w=jnp.broadcast_to(p_later * in_step * in_step_ahead_ms, isl.shape))
 
 
@@ -649,7 +651,7 @@ def evaluate_config(
     aggregated = eqx.tree_at(
         lambda s: (s.ttft_w, s.code, s.prefill_queue_ms, s.ttft_points, s.ttft_weights, s.decode_shift_w),
         aggregated,
-        (queue.ttft_w, st.worse(aggregated.code, queue.code, jnp), jnp.sum(mix.w * (queue.ttft_w - aggregated.ttft_w)),
+        (queue.ttft_w, st.worse(aggregated.code, queue.code, jnp), jnp.sum(mix.w * (queue.ttft_w - queue.ahead_w - aggregated.ttft_w)),
          queue.points_ms, queue.point_weights, shift_w),
         is_leaf=lambda x: x is None,
     )
