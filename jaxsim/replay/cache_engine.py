@@ -461,7 +461,8 @@ def cache_pass(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys,
     now_ms = eng._clock(consts, e0)
     s = eqx.tree_at(lambda x: x.engine.now_ms, s, now_ms)
     walk = walk_running(p, consts, pk, shapes, s)
-    adm = admit_waiting(p, consts, pk, shapes, walk, eng._visible_ms(p, e0, now_ms))
+    visible_ms = eng._visible_ms(p, e0, now_ms)
+    adm = admit_waiting(p, consts, pk, shapes, walk, visible_ms)
     s, sched = adm.s, adm.sched
     cost, rows, ready = _price(p, s, sched, now_ms)
     rows, done = _emit(s.engine, rows, ready, cost)
@@ -472,10 +473,10 @@ def cache_pass(p: eng.EngineParams, consts: eng.ReplayConstants, pk: PromptKeys,
     completions = jnp.sum(done)
     emitted = jnp.any(ready & ~cost.unsupported)
     s = _complete(s, done & ~cost.unsupported)
-    return _end_pass(p, consts, s, e0, now_ms, walk, adm, cost, completions, emitted)
+    return _end_pass(p, consts, s, e0, now_ms, visible_ms, walk, adm, cost, completions, emitted)
 
 
-def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, walk: _ListWalk, adm: _Admit, cost: eng.PassPrice,
+def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, visible_ms, walk: _ListWalk, adm: _Admit, cost: eng.PassPrice,
               completions, emitted) -> CacheState:
     """The clock, status, counts, closed-loop send times and timeline after the pass."""
     e = s.engine
@@ -500,7 +501,7 @@ def _end_pass(p, consts, s: CacheState, e0: eng.EngineState, now_ms, walk: _List
         lambda x: (x.engine.now_ms, x.engine.last_start_ms, x.engine.seen_ms, x.engine.passes, x.engine.steps, x.engine.status,
                    x.engine.num_done, x.engine.sent_ms,
                    x.engine.failed_query, x.engine.timeline), s,
-        (jnp.where(cost.unsupported, now_ms, cost.end_ms), now_ms, eng._visible_ms(p, e0, now_ms), e.passes + 1, e.steps + 1, status,
+        (jnp.where(cost.unsupported, now_ms, cost.end_ms), now_ms, visible_ms, e.passes + 1, e.steps + 1, status,
          num_done, sent_ms,
          jnp.where(cost.unsupported, cost.query, e.failed_query), timeline),
     )

@@ -310,6 +310,7 @@ class Admission(eqx.Module):
     stack_size: Int64[Array, ""]  # the preempted stack after resuming its top
     next_arrival: Int64[Array, ""]
     slots_full: Bool[Array, ""]  # every slot taken while requests still wait: a larger capacity may differ
+    visible_ms: Float64[Array, ""]  # the latest send time the pass's scheduling saw (:func:`_visible_ms`)
 
 
 class ScheduledList(eqx.Module):
@@ -591,7 +592,7 @@ def admit(
     slots_full = taken & (num_slots < p.max_num_seqs) & ~running.any_preempted & waiting
     return Admission(
         candidates=candidates, materialized=materialized, budget_tokens=tokens, allocated_blocks=blocks,
-        num_admitted=num_admitted, stack_size=stack_size, next_arrival=next_arrival, slots_full=slots_full,
+        num_admitted=num_admitted, stack_size=stack_size, next_arrival=next_arrival, slots_full=slots_full, visible_ms=visible_ms,
     )
 
 
@@ -768,7 +769,7 @@ def commit(p: EngineParams, consts: ReplayConstants, s: EngineState, record: Pas
     num_done = s.num_done + jnp.sum(record.emission.done)
     small = dict(
         now_ms=jnp.where(cost.unsupported, record.now_ms, cost.end_ms), last_start_ms=record.now_ms,
-        seen_ms=_visible_ms(p, s, record.now_ms), passes=s.passes + 1,
+        seen_ms=record.admission.visible_ms, passes=s.passes + 1,
         status=_pass_status(consts, s, record, num_done), num_done=num_done, num_running=num_running,
         peak_running=jnp.maximum(s.peak_running, record.scheduled.size), num_preempted=record.reservation.stack_size,
         next_arrival=record.admission.next_arrival, running=running,
