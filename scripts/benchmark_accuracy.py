@@ -161,7 +161,7 @@ def one_sweep(work: Path, todo: list[dict], evaluate: str) -> tuple[dict[str, di
         tp, _, mtp, mep = lay
         entry = profiles.setdefault(str(profile), {"name": str(profile), "label": f"c{len(profiles)}", "tp": [tp], "moe_tp": [mtp],
                                                    "moe_ep": [mep], "concurrency": [], "workloads": [],
-                                                   **({"async_scheduling": True} if cov.SERVER_ASYNC_SCHEDULING else {})})
+                                                   **cov.server_profile_keys()})
         for r in rows:
             c, w = int(cov._int(r["batch_size"])), f"i{int(r['isl'])}o{int(r['osl'])}"
             entry["concurrency"] = sorted(set(entry["concurrency"]) | {c})

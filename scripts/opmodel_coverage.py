@@ -73,6 +73,11 @@ QUANT_REASONS = ("checkpoint is quantised", "perf data missing", "data missing f
                  "--gemm-quant-mode", "--moe-quant-mode", "--precision-fallback")
 
 
+def server_profile_keys() -> dict:
+    """The ``[[profile]]`` keys every cell's sweep gets from the benchmark's server config (:data:`SERVER_ASYNC_SCHEDULING`)."""
+    return {"async_scheduling": True} if SERVER_ASYNC_SCHEDULING else {}
+
+
 def sample_path() -> Path:
     """``systems/silicon_sample.csv`` of the installed aiconfigurator-core."""
     spec = importlib.util.find_spec("aiconfigurator_core")
@@ -189,7 +194,7 @@ def _sweep(work: Path, profile: Path, rows: list[dict], lay: tuple, name: str) -
     spec = {
         "name": name, "block_size": 16,
         "profile": [{"name": str(profile), "tp": [tp], "dp": [dp], "moe_tp": [mtp], "moe_ep": [mep], "label": name[:40],
-                     **({"async_scheduling": True} if SERVER_ASYNC_SCHEDULING else {})}],
+                     **server_profile_keys()}],
         "scheduler": {"concurrency": sorted({worker_concurrency(r) for r in rows})},
         "workload": [{"name": f"i{i}o{o}", "isl": i, "osl": o} for i, o in pairs],
     }

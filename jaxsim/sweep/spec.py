@@ -93,7 +93,7 @@ class ProfileAxis:
     concurrency: tuple[int, ...] | None = None  # this profile's concurrencies (a subset of [scheduler]'s); None = all
     workloads: tuple[str, ...] | None = None  # the workloads (names) this profile is swept on; None = all
     prefix_caching: bool = True  # vLLM's prefix caching (a workload's prefix_hit_ratio applies only with it on)
-    async_scheduling: bool = False  # vLLM's async scheduling (a prompt sent to a busy engine waits one more pass)
+    async_scheduling: bool = False  # vLLM's async scheduling (a prompt sent to a busy engine waits the passes scheduled before it)
 
     def inner(self, spec: SweepSpec) -> int:
         """Configs per binding of this profile: its concurrencies x its workloads."""
@@ -717,14 +717,17 @@ class SweepPlan:
     @property
     def prefix_caching(self) -> np.ndarray:
         """[profile label] whether each profile axis serves with prefix caching (``prefix_caching``, on by default)."""
-        by_label = {a.label: a.prefix_caching for a in self.spec.profiles}
-        return np.array([by_label.get(lab, True) for lab in self.labels["profile"]] or [True], bool)
+        return self._profile_flag("prefix_caching", True)
 
     @property
     def async_scheduling(self) -> np.ndarray:
         """[profile label] whether each profile axis's engines schedule asynchronously (``async_scheduling``, off by default)."""
-        by_label = {a.label: a.async_scheduling for a in self.spec.profiles}
-        return np.array([by_label.get(lab, False) for lab in self.labels["profile"]] or [False], bool)
+        return self._profile_flag("async_scheduling", False)
+
+    def _profile_flag(self, name: str, default: bool) -> np.ndarray:
+        """[profile label] the boolean ``[[profile]]`` key ``name`` of each profile axis (``default`` for a label no axis has)."""
+        by_label = {a.label: getattr(a, name) for a in self.spec.profiles}
+        return np.array([by_label.get(lab, default) for lab in self.labels["profile"]] or [default], bool)
 
     @property
     def overheads(self) -> np.ndarray:
